@@ -1,0 +1,456 @@
+"""The ONE option schema of vllm-hust-vspec.
+
+Every option is declared once here: name (= TOML ``[serve]`` key and argparse ``dest``),
+type, default, help, choices or range, CLI flag, env var and legacy env aliases.  Everything
+else is generated from this table: the launcher's argparse parser, TOML validation, the env
+transport that carries settings from the launcher into every vLLM process, and
+``docs/options.md``.
+
+This module is a leaf: it imports nothing of ours, and nothing heavy (no vllm, no torch).
+
+Scopes:
+  * ``plugin``   -- read by the plugin inside vLLM; travels as ``HUST_VSPEC_<NAME>``.
+  * ``host``     -- becomes a vLLM server argument; passed only when set (vLLM's default
+                    otherwise), never exported as ``HUST_VSPEC_*``.
+  * ``launcher`` -- used by the launcher itself (model lookup, platform, config paths).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+ENV_PREFIX = "HUST_VSPEC_"
+LEGACY_ENV_PREFIXES = ("HUST_SPECSLO_", "HUST_SPECASCEND_")
+ENABLE_ENV = "HUST_VSPEC_ENABLED"
+
+_TYPES = ("bool", "int", "float", "str", "path", "int_list", "str_list")
+
+
+class SettingsError(ValueError):
+    """Bad option value, unknown key or wrong type.  The message names the source
+    (file, key, flag or env var) and what was expected."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Option:
+    name: str
+    type: str
+    default: Any
+    help: str
+    scope: str = "plugin"
+    choices: tuple[str, ...] | None = None
+    minimum: float | None = None
+    maximum: float | None = None
+    flag: str | None = None  # defaults to --name-with-dashes
+    legacy_env: tuple[str, ...] = ()  # irregular old env names (prefix aliases are automatic)
+    negatable: bool = True  # bools get --no-<flag>
+    group: str = "general"
+    vllm_flag: str | None = None  # host scope: the vLLM server argument it becomes
+
+    def __post_init__(self) -> None:
+        if self.type not in _TYPES:
+            raise TypeError(f"option {self.name}: unknown type {self.type!r}")
+        if self.scope not in ("plugin", "host", "launcher"):
+            raise TypeError(f"option {self.name}: unknown scope {self.scope!r}")
+
+    @property
+    def cli_flag(self) -> str:
+        return self.flag or "--" + self.name.replace("_", "-")
+
+    @property
+    def env(self) -> str | None:
+        """The transport env var (plugin scope only)."""
+        return ENV_PREFIX + self.name.upper() if self.scope == "plugin" else None
+
+    @property
+    def env_aliases(self) -> tuple[str, ...]:
+        """Legacy env names, read but losing to :attr:`env`."""
+        if self.scope != "plugin":
+            return self.legacy_env
+        automatic = tuple(p + self.name.upper() for p in LEGACY_ENV_PREFIXES)
+        return self.legacy_env + automatic
+
+    def type_label(self) -> str:
+        if self.choices:
+            return "one of " + ", ".join(self.choices)
+        return {
+            "bool": "boolean",
+            "int": "integer",
+            "float": "number",
+            "str": "string",
+            "path": "path",
+            "int_list": "list of integers",
+            "str_list": "list of strings",
+        }[self.type]
+
+    def range_label(self) -> str:
+        lo = "" if self.minimum is None else f"{self.minimum:g}"
+        hi = "" if self.maximum is None else f"{self.maximum:g}"
+        if not lo and not hi:
+            return ""
+        return f"[{lo or '-inf'}, {hi or 'inf'}]"
+
+
+# --------------------------------------------------------------------------- the schema
+
+POLICIES = ("fixed", "schedule", "online", "profile", "budget", "sweep")
+STOP_MODES = ("off", "survival", "confidence")
+
+OPTIONS: tuple[Option, ...] = (
+    # ---- controller (adaptive core) -------------------------------------------------
+    Option("adaptive_speculation", "bool", True,
+           "Let the controller choose K every step. Off: the host's fixed "
+           "num_speculative_tokens (the plugin only observes).", group="controller"),
+    Option("adaptive_policy", "str", "online",
+           "Controller policy: fixed (constant K), schedule (batch-size table, same semantics "
+           "as vLLM's num_speculative_tokens_per_batch_size), online (default: maximise "
+           "expected goodput from online estimates), profile (offline latency profile "
+           "corrected online), budget (confidence x cost-table verify budget), sweep "
+           "(cycle K for tests).", choices=POLICIES, group="controller",
+           legacy_env=("HUST_VSPEC_ADAPTIVE_POLICY_NAME",)),
+    Option("adaptive_fixed_gamma", "int", None,
+           "K for the fixed policy (default: Kmax).", minimum=0, group="controller"),
+    Option("adaptive_schedule", "str", None,
+           "Batch-size -> K table for the schedule policy, e.g. '1-4:4,5-32:2' "
+           "(ranges of batch sizes, inclusive).", group="controller"),
+    Option("adaptive_sweep", "int_list", None,
+           "K values the sweep policy cycles through, one per step (default 0..Kmax).",
+           minimum=0, group="controller"),
+    Option("adaptive_profile", "path", None,
+           "Latency profile JSON for the profile policy (written by "
+           "vllm-hust-vspec-fit-profile; schema_version 1 profiles of vSpec 0.14 load too).",
+           legacy_env=("HUST_VSPEC_ADAPTIVE_PROFILE_PATH",), group="controller"),
+    Option("adaptive_min_gamma", "int", 0,
+           "Smallest K the controller may choose (0 = no speculation allowed).",
+           minimum=0, group="controller"),
+    Option("adaptive_control_interval", "int", 1,
+           "Steps between K decisions (1 = every step).", minimum=1, group="controller"),
+    Option("adaptive_hysteresis", "float", 0.02,
+           "Relative goodput gain a new K must promise before the controller switches.",
+           minimum=0.0, maximum=1.0, group="controller"),
+    Option("adaptive_max_gamma_step", "int", 8,
+           "Largest change of K between two decisions.", minimum=1, group="controller"),
+    Option("adaptive_ewma_weight", "float", 0.05,
+           "Weight of a new observation in the exponentially decayed estimators.",
+           minimum=1e-6, maximum=1.0, group="controller"),
+    Option("adaptive_online_exploration", "float", 0.02,
+           "Share of decisions spent re-measuring K values other than the best "
+           "(guarantees every candidate is revisited).", minimum=0.0, maximum=1.0,
+           group="controller"),
+    Option("adaptive_online_warmup_samples", "int", 2,
+           "Observed steps per candidate K before the online policy trusts its estimates.",
+           minimum=1, group="controller"),
+    Option("adaptive_online_window", "int", 256,
+           "Window (in steps) of the step-cost model's samples.", minimum=8,
+           group="controller"),
+    Option("adaptive_stop", "str", "off",
+           "Per-request stop: cut a request's draft where its survival (estimated "
+           "probability that every earlier draft token is accepted) or its draft confidence "
+           "falls below --adaptive-stop-threshold.", choices=STOP_MODES, group="controller"),
+    Option("adaptive_stop_threshold", "float", 0.1,
+           "Threshold of the per-request stop.", minimum=0.0, maximum=1.0,
+           group="controller"),
+    # ---- observability ---------------------------------------------------------------
+    Option("adaptive_trace", "bool", False,
+           "Write the decision trace to ./vspec-decisions-<pid>.jsonl (legacy switch; "
+           "--adaptive-trace-file names the file).", group="observability"),
+    Option("adaptive_trace_file", "path", None,
+           "Append the decision trace (JSON lines, one per step) to this file.",
+           group="observability"),
+    Option("adaptive_record_trace", "path", None,
+           "Record the run in the simulator's trace format (run at fixed Kmax).",
+           group="observability"),
+    Option("adaptive_log_interval", "float", 10.0,
+           "Seconds between the controller's summary log lines (0 = off).", minimum=0.0,
+           group="observability"),
+)
+
+_BY_NAME = {o.name: o for o in OPTIONS}
+
+
+def option(name: str) -> Option:
+    try:
+        return _BY_NAME[name]
+    except KeyError:
+        raise SettingsError(f"unknown option {name!r}") from None
+
+
+def options(scope: str | None = None) -> tuple[Option, ...]:
+    return tuple(o for o in OPTIONS if scope is None or o.scope == scope)
+
+
+# --------------------------------------------------------------------------- parsing
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+def parse_value(opt: Option, raw: Any, source: str) -> Any:
+    """Convert and validate ``raw`` (a string from env/CLI, or a TOML value).
+
+    ``source`` names where it came from (``"config.toml: [serve] gamma"``,
+    ``"env HUST_VSPEC_X"``, ``"--flag"``) and appears in every error."""
+    if raw is None:
+        return None
+    value = _convert(opt, raw, source)
+    _check_range(opt, value, source)
+    return value
+
+
+def _fail(opt: Option, raw: Any, source: str, extra: str = "") -> SettingsError:
+    msg = f"{source}: expected {opt.type_label()}, got {raw!r}"
+    return SettingsError(msg + (f" ({extra})" if extra else ""))
+
+
+def _convert(opt: Option, raw: Any, source: str) -> Any:
+    t = opt.type
+    if t == "bool":
+        if isinstance(raw, bool):
+            return raw
+        if isinstance(raw, str) and raw.strip().lower() in _TRUE | _FALSE:
+            return raw.strip().lower() in _TRUE
+        raise _fail(opt, raw, source)
+    if t == "int":
+        if isinstance(raw, bool):
+            raise _fail(opt, raw, source)
+        if isinstance(raw, int):
+            return raw
+        if isinstance(raw, str):
+            try:
+                return int(raw.strip())
+            except ValueError:
+                raise _fail(opt, raw, source) from None
+        raise _fail(opt, raw, source)
+    if t == "float":
+        if isinstance(raw, bool):
+            raise _fail(opt, raw, source)
+        if isinstance(raw, (int, float)):
+            value = float(raw)
+        elif isinstance(raw, str):
+            try:
+                value = float(raw.strip())
+            except ValueError:
+                raise _fail(opt, raw, source) from None
+        else:
+            raise _fail(opt, raw, source)
+        if not math.isfinite(value):
+            raise _fail(opt, raw, source, "must be finite")
+        return value
+    if t in ("str", "path"):
+        if not isinstance(raw, str):
+            raise _fail(opt, raw, source)
+        if opt.choices and raw not in opt.choices:
+            raise _fail(opt, raw, source)
+        if t == "path" and not raw:
+            raise _fail(opt, raw, source, "empty path")
+        return raw
+    if t in ("int_list", "str_list"):
+        items: list[Any]
+        if isinstance(raw, str):
+            items = [p.strip() for p in raw.split(",") if p.strip()]
+        elif isinstance(raw, (list, tuple)):
+            items = list(raw)
+        else:
+            raise _fail(opt, raw, source)
+        if t == "str_list":
+            if not all(isinstance(i, str) for i in items):
+                raise _fail(opt, raw, source)
+            return tuple(items)
+        out = []
+        for i in items:
+            if isinstance(i, bool):
+                raise _fail(opt, raw, source)
+            if isinstance(i, int):
+                out.append(i)
+                continue
+            try:
+                out.append(int(str(i)))
+            except ValueError:
+                raise _fail(opt, raw, source) from None
+        return tuple(out)
+    raise AssertionError(t)
+
+
+def _check_range(opt: Option, value: Any, source: str) -> None:
+    values = value if isinstance(value, tuple) else (value,)
+    for v in values:
+        if not isinstance(v, (int, float)) or isinstance(v, bool):
+            continue
+        if (opt.minimum is not None and v < opt.minimum) or (
+            opt.maximum is not None and v > opt.maximum
+        ):
+            raise SettingsError(
+                f"{source}: {v!r} is out of range {opt.range_label()} for {opt.cli_flag}"
+            )
+
+
+def format_env_value(opt: Option, value: Any) -> str:
+    """The env transport's string form: bools 1/0, lists comma-separated."""
+    if opt.type == "bool":
+        return "1" if value else "0"
+    if opt.type in ("int_list", "str_list"):
+        return ",".join(str(v) for v in value)
+    if opt.type == "float":
+        return repr(float(value))
+    return str(value)
+
+
+# --------------------------------------------------------------------------- settings
+
+
+class Settings(Mapping[str, Any]):
+    """Effective option values (every option present; unset ones hold the default)."""
+
+    def __init__(self, values: Mapping[str, Any] | None = None) -> None:
+        data = {o.name: o.default for o in OPTIONS}
+        for k, v in (values or {}).items():
+            option(k)  # raises for unknown names
+            data[k] = v
+        object.__setattr__(self, "_data", data)
+
+    def __getitem__(self, key: str) -> Any:
+        return self._data[key]
+
+    def __iter__(self):
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __getattr__(self, key: str) -> Any:
+        try:
+            return self._data[key]
+        except KeyError:
+            raise AttributeError(key) from None
+
+    def __setattr__(self, key: str, value: Any) -> None:
+        raise AttributeError("Settings are immutable; use replace()")
+
+    def replace(self, **changes: Any) -> "Settings":
+        data = dict(self._data)
+        data.update(changes)
+        return Settings(data)
+
+    def as_dict(self, scope: str | None = None) -> dict[str, Any]:
+        out = {}
+        for o in options(scope):
+            v = self._data[o.name]
+            out[o.name] = list(v) if isinstance(v, tuple) else v
+        return out
+
+    def to_env(self) -> dict[str, str]:
+        """Every plugin option as ``HUST_VSPEC_<NAME>`` (unset options are omitted,
+        which the reader takes as the schema default)."""
+        env = {}
+        for o in options("plugin"):
+            v = self._data[o.name]
+            if v is not None:
+                env[o.env] = format_env_value(o, v)
+        return env
+
+    def __repr__(self) -> str:
+        return f"Settings({self._data!r})"
+
+
+def from_env(environ: Mapping[str, str] | None = None) -> Settings:
+    """Read plugin settings from the env transport.  The new name wins over legacy
+    aliases; an invalid value raises :class:`SettingsError` naming the variable."""
+    environ = os.environ if environ is None else environ
+    values: dict[str, Any] = {}
+    for o in options("plugin"):
+        names = (o.env,) + o.env_aliases
+        for name in names:
+            raw = environ.get(name)
+            if raw is None or raw == "" and o.type not in ("str",):
+                continue
+            values[o.name] = parse_value(o, raw, f"env {name}")
+            break
+    return validate(Settings(values), source="env")
+
+
+def from_mapping(data: Mapping[str, Any], source: str, scope: str | None = None) -> dict[str, Any]:
+    """Validate a TOML-like mapping of option names to values.  Unknown keys and wrong
+    types are rejected naming ``source`` and the key.  Returns converted values."""
+    out: dict[str, Any] = {}
+    known = {o.name for o in options(scope)}
+    for key, raw in data.items():
+        if key not in known:
+            raise SettingsError(f"{source}: unknown key {key!r}")
+        out[key] = parse_value(_BY_NAME[key], raw, f"{source} {key}")
+    return out
+
+
+def validate(settings: Settings, source: str = "settings") -> Settings:
+    """Cross-option checks that need more than one value."""
+    if settings.adaptive_policy == "schedule" and settings.adaptive_schedule:
+        parse_schedule(settings.adaptive_schedule, f"{source}: adaptive_schedule")
+    if settings.adaptive_policy == "profile" and not settings.adaptive_profile:
+        raise SettingsError(
+            f"{source}: adaptive_policy 'profile' needs adaptive_profile "
+            f"({option('adaptive_profile').cli_flag} / {option('adaptive_profile').env})"
+        )
+    return settings
+
+
+def check_kmax(settings: Settings, kmax: int, source: str = "settings") -> None:
+    """Checks against Kmax (vLLM's num_speculative_tokens), known only once the
+    speculative config is."""
+    if settings.adaptive_min_gamma > kmax:
+        raise SettingsError(
+            f"{source}: adaptive_min_gamma={settings.adaptive_min_gamma} exceeds "
+            f"num_speculative_tokens (Kmax) = {kmax}"
+        )
+    if settings.adaptive_fixed_gamma is not None and settings.adaptive_fixed_gamma > kmax:
+        raise SettingsError(
+            f"{source}: adaptive_fixed_gamma={settings.adaptive_fixed_gamma} exceeds Kmax = {kmax}"
+        )
+    for k in settings.adaptive_sweep or ():
+        if k > kmax:
+            raise SettingsError(f"{source}: adaptive_sweep value {k} exceeds Kmax = {kmax}")
+    if settings.adaptive_schedule:
+        for _lo, _hi, k in parse_schedule(settings.adaptive_schedule, source):
+            if k > kmax:
+                raise SettingsError(
+                    f"{source}: adaptive_schedule K={k} exceeds Kmax = {kmax}"
+                )
+
+
+def parse_schedule(text: str, source: str) -> list[tuple[int, int, int]]:
+    """Parse ``'1-4:4,5-32:2'`` into ``[(1, 4, 4), (5, 32, 2)]`` (inclusive ranges,
+    sorted, non-overlapping; a single number ``'8:1'`` is the range 8-8)."""
+    out: list[tuple[int, int, int]] = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        try:
+            rng, k = part.split(":")
+            if "-" in rng:
+                lo, hi = (int(x) for x in rng.split("-"))
+            else:
+                lo = hi = int(rng)
+            entry = (lo, hi, int(k))
+        except ValueError:
+            raise SettingsError(
+                f"{source}: bad schedule entry {part!r} (expected LO-HI:K, e.g. 1-4:4)"
+            ) from None
+        if entry[0] < 1 or entry[1] < entry[0] or entry[2] < 0:
+            raise SettingsError(f"{source}: bad schedule entry {part!r}")
+        out.append(entry)
+    if not out:
+        raise SettingsError(f"{source}: empty schedule")
+    out.sort()
+    for a, b in zip(out, out[1:]):
+        if b[0] <= a[1]:
+            raise SettingsError(f"{source}: schedule ranges overlap: {a} and {b}")
+    return out
+
+
+def iter_env_names() -> Iterable[str]:
+    """Every env name the schema reads (for docs and the launcher's [env] guard)."""
+    for o in options("plugin"):
+        yield o.env
+        yield from o.env_aliases
