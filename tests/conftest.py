@@ -1,0 +1,49 @@
+"""Shared pytest fixtures."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import socket
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+
+
+def _fixtures_root() -> pathlib.Path:
+    explicit = os.environ.get("VSPEC_FIXTURES")
+    if explicit:
+        return pathlib.Path(explicit)
+    base = os.environ.get("VSPEC_FIXTURES_DIR") or os.path.expanduser(
+        "~/.cache/vllm-hust-vspec/fixtures"
+    )
+    return pathlib.Path(base) / "current"
+
+
+@pytest.fixture(scope="session")
+def fixtures_dir() -> pathlib.Path:
+    """The tiny model fixtures (built by ./manage.sh fixtures)."""
+    root = _fixtures_root()
+    if not (root / "manifest.json").is_file():
+        pytest.fail(
+            f"model fixtures not found at {root}: run ./manage.sh fixtures "
+            "(./manage.sh test does it for you)"
+        )
+    return root.resolve()
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> pathlib.Path:
+    return REPO
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def port() -> int:
+    return free_port()
