@@ -95,6 +95,34 @@ class Option:
         return f"[{lo or '-inf'}, {hi or 'inf'}]"
 
 
+# --------------------------------------------------------------------------- methods
+
+# Canonical speculative methods (vLLM's speculative_config "method" names) and the aliases
+# users know from vSpec 0.14 and from the host.  Shared by the launcher, the plugin and the
+# doctor.  "none" means no speculation.
+METHODS = ("draft_model", "eagle", "eagle3", "mtp", "ngram", "suffix", "medusa", "dflash",
+           "dspark", "none")
+# The host's MTP model-type aliases (vllm/config/speculative.py MTPModelTypes) all mean "mtp".
+_MTP_ALIASES = ("deepseek_mtp", "mimo_mtp", "mimo_v2_mtp", "qwen3_next_mtp", "qwen3_5_mtp",
+                "glm4_moe_mtp", "ernie_mtp", "longcat_flash_mtp", "pangu_ultra_moe_mtp",
+                "step3p5_mtp", "gemma4_mtp")
+METHOD_ALIASES = {"draft": "draft_model", **{a: "mtp" for a in _MTP_ALIASES}}
+# Methods whose V1 proposer asserts K == Kmax: K may not vary per step for them.
+FIXED_K_METHODS = ("suffix", "medusa", "ngram_gpu")
+# Methods that take a separate draft/head checkpoint.
+METHODS_WITH_DRAFT_MODEL = ("draft_model", "eagle", "eagle3", "medusa", "dflash", "dspark")
+
+
+def canonical_method(name: str, source: str = "method") -> str:
+    """Map a method name or alias to its canonical name; unknown -> SettingsError."""
+    key = name.strip().lower()
+    key = METHOD_ALIASES.get(key, key)
+    if key not in METHODS:
+        known = ", ".join(METHODS + tuple(METHOD_ALIASES))
+        raise SettingsError(f"{source}: unknown speculative method {name!r} (known: {known})")
+    return key
+
+
 # --------------------------------------------------------------------------- the schema
 
 POLICIES = ("fixed", "schedule", "online", "profile", "budget", "sweep")
