@@ -47,3 +47,23 @@ def free_port() -> int:
 @pytest.fixture
 def port() -> int:
     return free_port()
+
+
+@pytest.fixture(scope="session")
+def vspec_dist(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    """This checkout's wheel and sdist, built ONCE per test session by the real
+    ``./release.sh build`` (which also runs ``check``) into a temp dir, never into dist/.
+    A stale artefact is planted there first: the build must wipe it."""
+    import subprocess
+
+    out = tmp_path_factory.mktemp("release") / "dist"
+    out.mkdir()
+    (out / "vllm_hust_vspec-0.0.1-py3-none-any.whl").write_bytes(b"stale")
+    proc = subprocess.run(
+        [str(REPO / "release.sh"), "build"],
+        env={**os.environ, "VSPEC_DIST_DIR": str(out)},
+        capture_output=True, text=True, timeout=900, check=False,
+    )
+    if proc.returncode != 0:
+        pytest.fail(f"./release.sh build failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+    return out

@@ -50,6 +50,8 @@ class Option:
     negatable: bool = True  # bools get --no-<flag>
     group: str = "general"
     vllm_flag: str | None = None  # host scope: the vLLM server argument it becomes
+    toml: bool = True  # accepted as a TOML [serve] key
+    cli: bool = True  # has a command-line flag
 
     def __post_init__(self) -> None:
         if self.type not in _TYPES:
@@ -157,23 +159,27 @@ OPTIONS: tuple[Option, ...] = (
            minimum=0, group="controller"),
     Option("adaptive_control_interval", "int", 1,
            "Steps between K decisions (1 = every step).", minimum=1, group="controller"),
-    Option("adaptive_hysteresis", "float", 0.02,
+    Option("adaptive_hysteresis", "float", 0.01,
            "Relative goodput gain a new K must promise before the controller switches.",
            minimum=0.0, maximum=1.0, group="controller"),
     Option("adaptive_max_gamma_step", "int", 8,
            "Largest change of K between two decisions.", minimum=1, group="controller"),
-    Option("adaptive_ewma_weight", "float", 0.05,
-           "Weight of a new observation in the exponentially decayed estimators.",
+    Option("adaptive_ewma_weight", "float", 0.03,
+           "Per-step decay of the acceptance estimator (memory ~1/weight steps at small "
+           "batch; at large batch the memory is capped at ~128 request-steps).",
            minimum=1e-6, maximum=1.0, group="controller"),
-    Option("adaptive_online_exploration", "float", 0.02,
-           "Share of decisions spent re-measuring K values other than the best "
-           "(guarantees every candidate is revisited).", minimum=0.0, maximum=1.0,
+    Option("adaptive_online_exploration", "float", 0.01,
+           "Share of decisions that probe another K (one probe every 1/exploration "
+           "decisions, cycling over every candidate, so each K is revisited at least once "
+           "per (number of candidates)/exploration decisions; upward probes draft the "
+           "probed K for a quarter of the batch).", minimum=0.0, maximum=1.0,
            group="controller"),
     Option("adaptive_online_warmup_samples", "int", 2,
-           "Observed steps per candidate K before the online policy trusts its estimates.",
+           "Warm-up rounds of the online policy: each round probes Kmax, the minimum and "
+           "the middle K once before the policy trusts its models.",
            minimum=1, group="controller"),
     Option("adaptive_online_window", "int", 256,
-           "Window (in steps) of the step-cost model's samples.", minimum=8,
+           "Half-life (in steps) of the step-cost model's samples.", minimum=8,
            group="controller"),
     Option("adaptive_stop", "str", "off",
            "Per-request stop: cut a request's draft where its survival (estimated "
@@ -195,6 +201,109 @@ OPTIONS: tuple[Option, ...] = (
     Option("adaptive_log_interval", "float", 10.0,
            "Seconds between the controller's summary log lines (0 = off).", minimum=0.0,
            group="observability"),
+    # ---- speculation (launcher scope: becomes vLLM's --speculative-config) -----------
+    Option("method", "str", "draft_model",
+           "Speculative method (aliases: draft = draft_model; the host's MTP model types, "
+           "e.g. qwen3_5_mtp, = mtp). none = no speculation: no --speculative-config and the "
+           "plugin stays off.", scope="launcher", choices=METHODS + tuple(METHOD_ALIASES),
+           group="speculation"),
+    Option("target_model", "str", None,
+           "Target model: a local directory, or a bare name looked up in the model registry "
+           "and under --model-dir. Never downloaded.", scope="launcher",
+           legacy_env=("HUST_VSPEC_TARGET_MODEL",), group="speculation"),
+    Option("draft_model", "str", None,
+           "Draft model / EAGLE head (draft_model, eagle, eagle3, ...): a local directory or "
+           "a bare name (as --target-model). MTP and ngram take none.", scope="launcher",
+           legacy_env=("HUST_VSPEC_DRAFT_MODEL", "HUST_VSPEC_EAGLE_MODEL"),
+           group="speculation"),
+    Option("model_dir", "path", None,
+           "Directory under which bare model names are looked up.", scope="launcher",
+           legacy_env=("HUST_VSPEC_MODEL_DIR",), group="speculation"),
+    Option("model_registry", "path", None,
+           "JSON or TOML file mapping model names to local paths (consulted before "
+           "--model-dir).", scope="launcher", legacy_env=("HUST_VSPEC_MODEL_REGISTRY",),
+           group="speculation"),
+    Option("gamma", "int", None,
+           "Kmax: vLLM's num_speculative_tokens, the upper bound the controller chooses K "
+           "under (sizes buffers and graph captures). Default 4 (6 for mtp).", minimum=1,
+           scope="launcher", group="speculation"),
+    Option("prompt_lookup_min", "int", None,
+           "ngram: shortest n-gram matched in the prompt (vLLM's prompt_lookup_min).",
+           minimum=1, scope="launcher", group="speculation"),
+    Option("prompt_lookup_max", "int", None,
+           "ngram: longest n-gram matched in the prompt (vLLM's prompt_lookup_max).",
+           minimum=1, scope="launcher", group="speculation"),
+    # ---- graphs (launcher scope: becomes --enforce-eager / --compilation-config) -------
+    Option("graph_mode", "str", None,
+           "Graph mode: eager (--enforce-eager), or a cudagraph_mode for "
+           "--compilation-config (piecewise, full-decode-only, full-and-piecewise, full). "
+           "Unset: vLLM's default. CPU hosts capture no graphs (vLLM runs them without).",
+           choices=("eager", "piecewise", "full-decode-only", "full-and-piecewise", "full"),
+           scope="launcher", group="graphs"),
+    Option("capture_policy", "str", "auto",
+           "How graph capture sizes cover every verify width K+1 the controller may choose "
+           "(graph-capable platforms): auto (batch buckets 1,2,4,8 then every 8), exact "
+           "(every batch size up to 16, then every 8), power2 (powers of two), steady (1 and "
+           "max_num_seqs only).", choices=("auto", "exact", "power2", "steady"),
+           scope="launcher", group="graphs"),
+    # ---- vLLM server arguments (host scope: passed only when set) -----------------------
+    Option("served_model_name", "str", None, "Model name the server answers to.",
+           scope="host", vllm_flag="--served-model-name", group="server"),
+    Option("max_num_seqs", "int", None, "Largest batch (requests per step).", minimum=1,
+           scope="host", vllm_flag="--max-num-seqs", group="server"),
+    Option("max_num_batched_tokens", "int", None, "Token budget of one step.", minimum=1,
+           scope="host", vllm_flag="--max-num-batched-tokens", group="server"),
+    Option("max_model_len", "int", None, "Context length.", minimum=1, scope="host",
+           vllm_flag="--max-model-len", group="server"),
+    Option("dtype", "str", None, "Weight/activation dtype.",
+           choices=("auto", "half", "float16", "bfloat16", "float", "float32"),
+           scope="host", vllm_flag="--dtype", group="server"),
+    Option("generation_config", "str", None,
+           "Default sampling parameters: vllm (vLLM's own) or auto (the model's "
+           "generation_config.json).", choices=("vllm", "auto"), scope="host",
+           vllm_flag="--generation-config", group="server"),
+    Option("async_scheduling", "bool", None, "Asynchronous scheduling.", scope="host",
+           vllm_flag="--async-scheduling", group="server"),
+    Option("prefix_caching", "bool", None, "Automatic prefix caching.", scope="host",
+           vllm_flag="--enable-prefix-caching", group="server"),
+    Option("chunked_prefill", "bool", None, "Chunked prefill.", scope="host",
+           vllm_flag="--enable-chunked-prefill", group="server"),
+    Option("host", "str", None, "Address the server binds.", scope="host",
+           vllm_flag="--host", group="server"),
+    Option("port", "int", None, "Port the server listens on.", minimum=1, maximum=65535,
+           scope="host", vllm_flag="--port", group="server"),
+    Option("gpu_memory_utilization", "float", None,
+           "Share of accelerator memory vLLM may use.", minimum=0.01, maximum=1.0,
+           scope="host", vllm_flag="--gpu-memory-utilization", group="server"),
+    Option("tensor_parallel_size", "int", None, "Tensor-parallel ranks.", minimum=1,
+           scope="host", vllm_flag="--tensor-parallel-size", group="server"),
+    # ---- launcher -----------------------------------------------------------------------
+    Option("device", "str", None,
+           "Accelerators to use, e.g. 0,1 (CUDA_VISIBLE_DEVICES on cuda, "
+           "ASCEND_RT_VISIBLE_DEVICES on npu; not available on cpu).", scope="launcher",
+           group="launcher"),
+    Option("target_platform", "str", None,
+           "Platform to build the command for (default: detected). With --dry-run it makes "
+           "the output independent of this machine.", choices=("cpu", "cuda", "npu"),
+           scope="launcher", group="launcher"),
+    Option("protocol", "str", None,
+           "A validated benchmark contract (arc-easy, qwen35-frontier-mtp2): its settings "
+           "are the base and the ones it pins may not be changed.", scope="launcher",
+           group="launcher"),
+    Option("extra_args", "str_list", (),
+           "Native vLLM server arguments, appended verbatim (on the command line: after "
+           "--).", scope="launcher", cli=False, group="launcher"),
+    Option("config", "path", None,
+           "TOML file: [serve] holds these options by name, [env] extra environment "
+           "variables for the server (never HUST_VSPEC_*).", scope="launcher", toml=False,
+           legacy_env=("VSPEC_CONFIG", "SPECSLO_CONFIG", "SPECASCEND_CONFIG"),
+           group="launcher"),
+    Option("dry_run", "bool", False,
+           "Print the environment and the server command instead of starting it.",
+           scope="launcher", toml=False, negatable=False, group="launcher"),
+    Option("json", "bool", False,
+           "With --dry-run: print {executable, argv, env} as JSON.", scope="launcher",
+           toml=False, negatable=False, group="launcher"),
 )
 
 _BY_NAME = {o.name: o for o in OPTIONS}

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# scripts/demo.sh (= ./run.sh demo): the product working on a fresh machine, no GPU, no model.
+#   1. sets up what is missing: .venv (./manage.sh install --dev) and the tiny model fixtures
+#      (./manage.sh fixtures; both are no-ops when already there);
+#   2. runs a short A/B on the large fixture pair (target-large + draft, configs/tiny-cpu-draft.toml):
+#      none, the best fixed K, and online (the plugin), on the `code` and `swing` workloads, one round;
+#   3. prints the ratio table, writes ab.png, report.md and results.json, stops every server, and
+#      prints the path of results.json as its last line.
+# Env: VSPEC_FIXTURES (use this fixture directory instead of ./manage.sh fixtures), VSPEC_DEMO_DIR (default ~/.cache/vllm-hust-vspec/demo/<UTC time>), VSPEC_DEMO_K (the fixed
+#      K; default: the K the committed profile picks most often, else 2 -- the source is printed).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+PROFILE="$ROOT/profiles/tiny-cpu-draft-large.json"
+say() { printf '[demo] %s\n' "$*" >&2; }
+die() { printf '[demo] error: %s\n' "$*" >&2; exit 1; }
+
+say "set-up: ./manage.sh install --dev (skipped when the venv is complete)"
+"$ROOT/manage.sh" install --dev >&2
+PY="$ROOT/.venv/bin/python"
+if [[ -n "${VSPEC_FIXTURES:-}" ]]; then
+    FIXTURES="$VSPEC_FIXTURES"
+    [[ -f "$FIXTURES/manifest.json" ]] || die "VSPEC_FIXTURES=$FIXTURES holds no manifest.json (unset it to build the fixtures)"
+    say "set-up: fixtures from VSPEC_FIXTURES"
+else
+    say "set-up: ./manage.sh fixtures (cached after the first build)"
+    FIXTURES="$("$ROOT/manage.sh" fixtures | tail -n 1)"
+    [[ -f "$FIXTURES/manifest.json" ]] || die "./manage.sh fixtures did not give a fixture directory (got '$FIXTURES')"
+fi
+
+if [[ -n "${VSPEC_DEMO_K:-}" ]]; then
+    K="$VSPEC_DEMO_K"; why="VSPEC_DEMO_K"
+elif [[ -f "$PROFILE" ]]; then
+    K="$("$PY" - "$PROFILE" <<'PY'
+import collections, json, sys
+table = json.load(open(sys.argv[1]))["batch_gamma_policy"]
+print(collections.Counter(table.values()).most_common(1)[0][0])
+PY
+)"
+    why="the per-batch table of ${PROFILE#$ROOT/}"
+else
+    K=2; why="default (no ${PROFILE#$ROOT/} yet)"
+fi
+OUT="${VSPEC_DEMO_DIR:-$HOME/.cache/vllm-hust-vspec/demo/$(date -u +%Y%m%d-%H%M%S)}"
+say "fixtures: $FIXTURES"
+say "A/B: none, fixed K=$K ($why), online; workloads code, swing; results in $OUT"
+
+export HUST_VSPEC_MODEL_DIR="$FIXTURES"
+exec "$PY" -m vllm_hust_vspec.tools.bench ab \
+    --configs "none,fixed:$K,online" --workloads code,swing --concurrency 1,4,16 \
+    --rounds 1 --output-len 48 --requests-per-slot 2 --min-requests 4 \
+    --prompts-dir "$FIXTURES/prompts" --output-dir "$OUT" \
+    -- --config "$ROOT/configs/tiny-cpu-draft.toml" --max-num-seqs 16

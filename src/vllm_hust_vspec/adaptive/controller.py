@@ -1,0 +1,336 @@
+"""The controller: ``observe(step_result)`` / ``decide(batch) -> Decision``.
+
+One :class:`Controller` per engine (the process that schedules).  It owns the shared
+estimators (:mod:`.estimators`), one policy (:mod:`.policies`), the optional per-request
+stop, the control interval and the decision trace records.
+
+Usage (the plugin; the simulator does the same)::
+
+    ctl = Controller(ControllerConfig(kmax=4, policy="online"))
+    d = ctl.decide(BatchView(step=s, req_ids=ids))      # K for the next draft
+    ...
+    ctl.observe(StepResult(step=s, batch_size=B, k=K, results=..., wall_ms=ms))
+
+Knobs (``ControllerConfig``; the defaults equal the ``controller`` group of ``settings.py``;
+this module does not import it -- use :meth:`ControllerConfig.from_settings` with a plain
+mapping of option names):
+
+* ``min_gamma``/``kmax``: the K range (min 0 allowed); ``control_interval``: steps between
+  decisions (the previous decision is repeated in between, its K_i re-mapped to the batch);
+* ``hysteresis``, ``max_gamma_step``, ``exploration``, ``warmup_samples``: online policy;
+* ``ewma_weight``: decay of the acceptance estimator; ``window``: step-cost samples kept;
+* ``stop``/``stop_threshold``: per-request stop (:mod:`.policies.stop`);
+* ``trace``: keep decision-trace records for :meth:`Controller.drain_records`.
+
+Cost: observe()+decide() is a few tens of microseconds at batch 256 (tests/unit/
+test_decide_speed.py).  Most of it is counting one :class:`RequestResult` per request; an
+engine that has the per-request counts as arrays should pass ``StepResult(drafted=...,
+accepted=...)`` (numpy) with ``results=()`` instead, which also saves building the objects.
+Online-policy guarantees count *policy decisions*, i.e. steps / ``control_interval``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .estimators import (
+    AcceptanceEstimator,
+    ConfidenceCalibrator,
+    StepCostModel,
+    position_counts,
+    position_counts_arrays,
+)
+from .observations import BatchView, Decision, StepResult
+from .policies.base import PolicyContext
+from .policies.registry import make_policy
+from .policies.stop import STOP_MODES, StopRule
+from .trace import decision_record, header_record, result_record
+
+
+@dataclass
+class ControllerConfig:
+    kmax: int
+    policy: str = "online"  # NAME or NAME:ARG ("fixed:3", "schedule:1-4:4,5-32:2", ...)
+    min_gamma: int = 0
+    control_interval: int = 1
+    hysteresis: float = 0.01
+    max_gamma_step: int = 8
+    ewma_weight: float = 0.03
+    exploration: float = 0.01
+    warmup_samples: int = 2
+    window: int = 256
+    stop: str = "off"
+    stop_threshold: float = 0.1
+    seed: int = 0
+    fixed_gamma: int | None = None
+    schedule: str | None = None
+    sweep: tuple[int, ...] | None = None
+    profile: str | None = None  # latency profile path (profile policy)
+    cost_table: str | None = None  # cost table path (budget policy)
+    start_gamma: int | None = None  # online: the K held before warm-up ends (default kmax)
+    trace: bool = False  # keep decision-trace records (drain_records)
+    # passed to policy factories; "acceptance" / "cost" sub-dicts tune the estimators
+    # (AcceptanceEstimator / StepCostModel keyword arguments)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    # settings.py option name -> field
+    SETTINGS_MAP = {
+        "adaptive_policy": "policy",
+        "adaptive_fixed_gamma": "fixed_gamma",
+        "adaptive_schedule": "schedule",
+        "adaptive_sweep": "sweep",
+        "adaptive_profile": "profile",
+        "adaptive_min_gamma": "min_gamma",
+        "adaptive_control_interval": "control_interval",
+        "adaptive_hysteresis": "hysteresis",
+        "adaptive_max_gamma_step": "max_gamma_step",
+        "adaptive_ewma_weight": "ewma_weight",
+        "adaptive_online_exploration": "exploration",
+        "adaptive_online_warmup_samples": "warmup_samples",
+        "adaptive_online_window": "window",
+        "adaptive_stop": "stop",
+        "adaptive_stop_threshold": "stop_threshold",
+    }
+
+    @classmethod
+    def from_settings(cls, settings: Mapping[str, Any], kmax: int, **overrides: Any):
+        """Build from a mapping of settings option names (``adaptive_*``); options not in
+        the mapping or ``None`` keep this class's defaults."""
+        kw: dict[str, Any] = {}
+        for opt, fld in cls.SETTINGS_MAP.items():
+            v = settings.get(opt)
+            if v is not None:
+                kw[fld] = tuple(v) if fld == "sweep" else v
+        kw.update(overrides)
+        return cls(kmax=kmax, **kw)
+
+    def validate(self) -> None:
+        """One clear ValueError naming the field for a bad value."""
+        def bad(name: str, why: str) -> ValueError:
+            return ValueError(f"controller config: {name}={getattr(self, name)!r} {why}")
+
+        if not isinstance(self.kmax, int) or self.kmax < 0:
+            raise bad("kmax", "must be an integer >= 0")
+        if not isinstance(self.min_gamma, int) or not 0 <= self.min_gamma <= self.kmax:
+            raise bad("min_gamma", f"must be in [0, kmax={self.kmax}]")
+        if self.control_interval < 1:
+            raise bad("control_interval", "must be >= 1")
+        if not 0.0 <= self.hysteresis <= 1.0:
+            raise bad("hysteresis", "must be in [0, 1]")
+        if self.max_gamma_step < 1:
+            raise bad("max_gamma_step", "must be >= 1")
+        if not 0.0 < self.ewma_weight <= 1.0:
+            raise bad("ewma_weight", "must be in (0, 1]")
+        if not 0.0 <= self.exploration <= 1.0:
+            raise bad("exploration", "must be in [0, 1]")
+        if self.warmup_samples < 1:
+            raise bad("warmup_samples", "must be >= 1")
+        if self.window < 8:
+            raise bad("window", "must be >= 8")
+        if self.stop not in STOP_MODES:
+            raise bad("stop", f"must be one of {', '.join(STOP_MODES)}")
+        if not 0.0 <= self.stop_threshold <= 1.0:
+            raise bad("stop_threshold", "must be in [0, 1]")
+
+    def as_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        if out.get("sweep") is not None:
+            out["sweep"] = list(out["sweep"])
+        return out
+
+
+class Controller:
+    """observe()/decide() for one engine; see the module docstring."""
+
+    def __init__(self, config: ControllerConfig) -> None:
+        config.validate()
+        self.config = config
+        kmax = config.kmax
+        self.kmax = kmax
+        self.acceptance = AcceptanceEstimator(
+            kmax, weight=config.ewma_weight, **config.extra.get("acceptance", {})
+        )
+        self.cost = StepCostModel(window=config.window, **config.extra.get("cost", {}))
+        self.calibration = ConfidenceCalibrator()
+        self.ctx = PolicyContext(
+            kmax=kmax,
+            min_gamma=config.min_gamma,
+            acceptance=self.acceptance,
+            cost=self.cost,
+            calibration=self.calibration,
+            rng=np.random.default_rng(config.seed),
+            hysteresis=config.hysteresis,
+            max_gamma_step=config.max_gamma_step,
+            exploration=config.exploration,
+            warmup_samples=config.warmup_samples,
+        )
+        cfg = dict(config.extra)
+        cfg.update(
+            min_gamma=config.min_gamma,
+            fixed_gamma=config.fixed_gamma,
+            schedule=config.schedule,
+            sweep=config.sweep,
+            profile=config.profile,
+            cost_table=config.cost_table,
+            seed=config.seed,
+            start_gamma=config.start_gamma,
+            window=config.window,
+            ewma_weight=config.ewma_weight,
+        )
+        self.policy = make_policy(config.policy, kmax, **cfg)
+        self.stop = StopRule(config.stop, config.stop_threshold) if config.stop != "off" else None
+        self._trusted = bool(getattr(type(self.policy), "trusted", False))
+        self._want_calibration = self.stop is not None or bool(
+            getattr(self.policy, "uses_confidences", False)
+        )
+        self._last: Decision | None = None
+        self._records: list[dict[str, Any]] = []
+        # stats
+        self.k_hist = [0] * (kmax + 1)
+        self.decisions = 0
+        self.steps = 0
+        self.committed = 0
+        self.requests = 0
+        self.accepted_total = 0
+        self.drafted_total = 0
+        self.timed_ms = 0.0
+        self.timed_committed = 0
+
+    # ------------------------------------------------------------------ observe
+    def observe(self, result: StepResult) -> None:
+        """Learn from one step's verification results (they may describe a decision made a
+        step or more earlier)."""
+        res = result.results
+        kmax = self.kmax
+        if result.drafted is not None and result.accepted is not None:
+            tried, acc, dsum, asum = position_counts_arrays(result.drafted, result.accepted, kmax)
+            n = len(result.drafted)
+        elif res:
+            tried, acc, dsum, asum = position_counts(res, kmax)
+            n = len(res)
+        else:
+            tried = None
+            dsum = asum = n = 0
+        if tried is not None and kmax and tried[0]:
+            self.acceptance.update_counts(tried, acc)
+        else:
+            self.acceptance.decay_only()
+        if self._want_calibration and res and res[0].confidences is not None:
+            self.calibration.update(res)
+        b = result.batch_size
+        ms = result.wall_ms
+        if ms is not None and b > 0:
+            d = result.num_draft_steps
+            if d is None:
+                d = result.k
+            elif result.k == 0:
+                self.cost.draft_min_steps = d
+            self.cost.add(b, b + dsum, d, ms)
+            self.timed_ms += ms
+            self.timed_committed += n + asum
+        self.steps += 1
+        self.committed += n + asum
+        self.requests += n
+        self.accepted_total += asum
+        self.drafted_total += dsum
+        self.policy.observe(result, self.ctx)
+        if self.config.trace:
+            self._records.append(result_record(result, dsum, asum))
+
+    # ------------------------------------------------------------------ decide
+    def decide(self, batch: BatchView) -> Decision:
+        """K (and optionally K_i) for the requests of ``batch``."""
+        ctx = self.ctx
+        last = self._last
+        if last is not None and ctx.decisions % self.config.control_interval != 0:
+            d = self._repeat(last, batch)
+        else:
+            d = self.policy.decide(batch, ctx)
+            if self.stop is not None:
+                d = self.stop.apply(d, batch, ctx)
+            self._check(d)
+            self._last = d
+        ctx.decisions += 1
+        ctx.last_k = d.k
+        self.k_hist[d.k] += 1
+        self.decisions += 1
+        if self.config.trace:
+            self._records.append(decision_record(batch.step, time.time(), len(batch.req_ids), d))
+        return d
+
+    def _repeat(self, last: Decision, batch: BatchView) -> Decision:
+        k_i = None
+        if last.k_i is not None:
+            prev = last.k_i
+            k = last.k
+            k_i = {r: prev.get(r, k) for r in batch.req_ids}
+        return Decision(
+            k=last.k, k_i=k_i, policy=last.policy, reason="hold (control interval)",
+            est_accept=last.est_accept, est_cost_ms=last.est_cost_ms,
+        )
+
+    def _check(self, d: Decision) -> None:
+        if not self.config.min_gamma <= d.k <= self.kmax:
+            raise ValueError(
+                f"policy {d.policy!r} chose K={d.k} outside [{self.config.min_gamma}, "
+                f"{self.kmax}]"
+            )
+        if d.k_i and not self._trusted:
+            # built-in policies construct valid K_i; others are checked in full
+            m = max(d.k_i.values())
+            if m != d.k or min(d.k_i.values()) < 0:
+                raise ValueError(
+                    f"policy {d.policy!r}: per-request K_i (max {m}) do not match batch "
+                    f"K={d.k}"
+                )
+
+    # ------------------------------------------------------------------ tracing / stats
+    def trace_header(
+        self, settings: Mapping[str, Any] | None = None, host: Any = None
+    ) -> dict[str, Any]:
+        """Line 1 of the decision trace; ``settings`` defaults to this controller's config."""
+        s = dict(settings) if settings is not None else self.config.as_dict()
+        s.setdefault("policy_detail", self.policy.describe())
+        return header_record(s, host)
+
+    def drain_records(self) -> list[dict[str, Any]]:
+        """Decision and result records produced since the last call (``trace=True``)."""
+        out = self._records
+        self._records = []
+        return out
+
+    last_records = drain_records
+
+    @property
+    def stats(self) -> dict[str, Any]:
+        """Summary for the periodic log line."""
+        n = self.decisions
+        mean_k = sum(k * c for k, c in enumerate(self.k_hist)) / n if n else 0.0
+        return {
+            "policy": self.policy.name,
+            "decisions": n,
+            "steps": self.steps,
+            "k_hist": {k: c for k, c in enumerate(self.k_hist) if c},
+            "mean_k": mean_k,
+            # committed tokens per request-step (1 + accepted)
+            "mean_accepted_len": self.committed / self.requests if self.requests else 0.0,
+            "acceptance_rate": (
+                self.accepted_total / self.drafted_total if self.drafted_total else 0.0
+            ),
+            "goodput_tok_s": (
+                1000.0 * self.timed_committed / self.timed_ms if self.timed_ms > 0 else None
+            ),
+            "est_accept": list(self.acceptance.estimate()),
+            "cost_model": {
+                "coef": list(self.cost.coef),
+                "knees": list(self.cost.knees),
+                "rmse_ms": self.cost.rmse,
+                "samples": self.cost.n,
+            },
+        }

@@ -1,0 +1,597 @@
+"""Online estimators shared by the policies.
+
+* :func:`position_counts` -- per-position (tried, accepted) counts of one step.
+* :class:`AcceptanceEstimator` -- conditional acceptance ``a_j`` per draft position from
+  exponentially decayed counts, with a chained prior (an untried position inherits the
+  estimate of the position before it), and the expected committed tokens per request.
+* :class:`StepCostModel` -- an online, structural step-cost model fitted from observed
+  (batch B, verified tokens T, drafter passes D, wall ms)::
+
+      ms = bias + c_t * max(T, T0) + c_d * D * max(B, B0)
+
+  a roofline (memory-bound below the knees ``T0``/``B0``, compute-bound above), fitted by
+  non-negative least squares over a window of samples with the knees chosen on a grid.
+  Because it is structural it extrapolates to batch sizes and K not tried yet.
+* :class:`ConfidenceCalibrator` -- a binned, monotone (pool-adjacent-violators) map from a
+  draft confidence to the probability that the token is accepted.
+
+Pure Python + numpy; no vLLM, no torch.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from .observations import RequestResult
+
+# ----------------------------------------------------------------------------- counting
+
+
+def position_counts(
+    results: Sequence[RequestResult], kmax: int
+) -> tuple[list[int], list[int], int, int]:
+    """Per-position counts of one step's results.
+
+    Returns ``(tried, accepted, drafted_total, accepted_total)`` where ``tried[j-1]`` is the
+    number of requests that reached position ``j`` (``drafted >= j`` and
+    ``accepted >= j - 1``) and ``accepted[j-1]`` the number that accepted it.
+    :class:`RequestResult` guarantees ``0 <= accepted <= drafted``; a result with
+    ``drafted > kmax`` raises :class:`ValueError`.
+    """
+    stride = kmax + 1
+    hist = [0] * (stride * stride)  # hist[d * stride + a]
+    try:
+        for x in results:
+            hist[x.drafted * stride + x.accepted] += 1
+    except IndexError:
+        bad = next((x for x in results if x.drafted > kmax), None)
+        raise ValueError(f"bad request result {bad!r}: drafted > kmax={kmax}") from None
+    return _fold(hist, kmax)
+
+
+def position_counts_arrays(drafted, accepted, kmax: int) -> tuple[list[int], list[int], int, int]:
+    """:func:`position_counts` from two aligned integer arrays (the fast path)."""
+    d = np.asarray(drafted, dtype=np.int64)
+    a = np.asarray(accepted, dtype=np.int64)
+    if d.shape != a.shape or d.ndim != 1:
+        raise ValueError(f"drafted/accepted arrays must be 1-D and aligned, got {d.shape}, {a.shape}")
+    if len(d) and (a.min() < 0 or (a > d).any() or d.max() > kmax):
+        raise ValueError(f"bad per-request counts: need 0 <= accepted <= drafted <= kmax={kmax}")
+    stride = kmax + 1
+    hist = np.bincount(d * stride + a, minlength=stride * stride).tolist()
+    return _fold(hist, kmax)
+
+
+def _fold(hist: list[int], kmax: int) -> tuple[list[int], list[int], int, int]:
+    stride = kmax + 1
+    n = kmax + 2
+    hist_acc = [0] * n  # requests whose accepted == a
+    hist_reach = [0] * n  # requests whose deepest reached position == r
+    drafted_total = 0
+    idx = 0
+    for c in hist:
+        if c:
+            d, a = divmod(idx, stride)
+            drafted_total += d * c
+            hist_acc[a] += c
+            hist_reach[a + 1 if d > a else d] += c
+        idx += 1
+    tried = [0] * kmax
+    acc = [0] * kmax
+    run_r = 0
+    run_a = 0
+    accepted_total = 0
+    for j in range(kmax, 0, -1):
+        run_r += hist_reach[j]
+        run_a += hist_acc[j]
+        tried[j - 1] = run_r
+        acc[j - 1] = run_a
+        accepted_total += run_a
+    return tried, acc, drafted_total, accepted_total
+
+
+# ----------------------------------------------------------------------------- acceptance
+
+
+class AcceptanceEstimator:
+    """Conditional acceptance per draft position from decayed counts.
+
+    Every update multiplies all counts by ``1 - weight`` (time-based decay, also for
+    positions not tried in the step, so stale positions fall back to their prior and get
+    re-tested) and adds the step's counts; when position 1 holds more than ``max_trials``
+    (decayed) trials, all counts are scaled down to that volume, so at large batch the
+    memory is a few steps and at small batch it is ``~1 / weight`` steps.  The estimate is the posterior mean::
+
+        a_1 = (s_1 + w0 * prior_mean) / (n_1 + w0)
+        a_j = (s_j + wc * r * a_{j-1}) / (n_j + wc)          (j >= 2, r = chain_ratio)
+
+    i.e. a position without data inherits (``chain_ratio`` times) the estimate of the
+    position before it: acceptance usually falls with position, and the mild shrink keeps
+    thinly observed deep positions from looking better than they are.
+    """
+
+    def __init__(
+        self,
+        kmax: int,
+        weight: float = 0.05,
+        prior_mean: float = 0.6,
+        prior_strength: float = 2.0,
+        chain_strength: float = 2.0,
+        max_trials: float = 128.0,
+        chain_ratio: float = 0.95,
+    ) -> None:
+        if kmax < 0:
+            raise ValueError(f"kmax must be >= 0, got {kmax}")
+        if not 0.0 < weight <= 1.0:
+            raise ValueError(f"ewma weight must be in (0, 1], got {weight}")
+        if not 0.0 <= prior_mean <= 1.0:
+            raise ValueError(f"prior_mean must be in [0, 1], got {prior_mean}")
+        self.kmax = kmax
+        self.decay = 1.0 - weight
+        self.prior_mean = prior_mean
+        self.prior_strength = prior_strength
+        self.chain_strength = chain_strength
+        self.max_trials = max_trials
+        self.chain_ratio = chain_ratio
+        self.tried = [0.0] * kmax
+        self.accepted = [0.0] * kmax
+        self.steps = 0  # updates that carried any acceptance information
+        self._est: tuple[float, ...] | None = None
+        self._expected: list[float] | None = None
+
+    def update_counts(self, tried: Sequence[float], accepted: Sequence[float]) -> None:
+        """Decay, then add one step's per-position counts."""
+        d = self.decay
+        t = self.tried
+        a = self.accepted
+        for j in range(self.kmax):
+            t[j] = t[j] * d + tried[j]
+            a[j] = a[j] * d + accepted[j]
+        if self.kmax and t[0] > self.max_trials:
+            # keep at most max_trials at position 1: memory follows the data volume, so a
+            # batch that shrank (or changed population) is tracked within a few steps
+            f = self.max_trials / t[0]
+            for j in range(self.kmax):
+                t[j] *= f
+                a[j] *= f
+        if self.kmax and tried[0]:
+            self.steps += 1
+        self._est = None
+        self._expected = None
+
+    def decay_only(self) -> None:
+        """A step without acceptance information (K = 0): only time passes."""
+        d = self.decay
+        t = self.tried
+        a = self.accepted
+        for j in range(self.kmax):
+            t[j] *= d
+            a[j] *= d
+        self._est = None
+        self._expected = None
+
+    def estimate(self) -> tuple[float, ...]:
+        """Conditional acceptance per position 1..kmax."""
+        if self._est is None:
+            out = []
+            prev = self.prior_mean
+            w = self.prior_strength
+            for j in range(self.kmax):
+                prev = (self.accepted[j] + w * prev) / (self.tried[j] + w)
+                out.append(prev)
+                w = self.chain_strength
+                prev *= self.chain_ratio
+            self._est = tuple(out)
+        return self._est
+
+    def expected_committed(self) -> list[float]:
+        """``E(K) = 1 + sum_{j<=K} prod_{i<=j} a_i`` for K = 0..kmax (per request)."""
+        if self._expected is None:
+            out = [1.0]
+            surv = 1.0
+            for a in self.estimate():
+                surv *= a
+                out.append(out[-1] + surv)
+            self._expected = out
+        return self._expected
+
+    def effective_trials(self) -> tuple[float, ...]:
+        """Decayed number of trials per position (how much data backs each estimate)."""
+        return tuple(self.tried)
+
+
+# ----------------------------------------------------------------------------- step cost
+
+
+def _knee_grid(lo: float, hi: float, n: int) -> np.ndarray:
+    """Candidate knees: 0 (purely linear) plus a geometric grid spanning [lo, hi]."""
+    lo = max(lo, 1.0)
+    hi = max(hi, lo * 1.5)
+    out = np.empty(n + 1)
+    out[0] = 0.0
+    out[1:] = lo * (hi / lo) ** _UNIT[n]
+    return out
+
+
+_UNIT = {n: np.linspace(0.0, 1.0, n) for n in range(2, 33)}
+
+
+# the 7 non-empty subsets of {bias, c_t, c_d} tried for non-negativity
+_SUBSETS = np.array(
+    [[1, 1, 1], [1, 1, 0], [1, 0, 1], [0, 1, 1], [1, 0, 0], [0, 1, 0], [0, 0, 1]],
+    dtype=bool,
+)
+
+
+def _refine(grid: np.ndarray, best: float) -> np.ndarray:
+    """Five knees spanning the neighbours of ``best`` in ``grid``."""
+    i = int(np.searchsorted(grid, best))
+    lo = grid[max(i - 1, 0)]
+    hi = grid[min(i + 1, len(grid) - 1)]
+    if lo <= 0.0:
+        lo = min(1.0, hi)
+    return np.unique(np.concatenate(([best], np.linspace(lo, hi, 5))))
+
+
+def _fit_grid(
+    tg: np.ndarray,
+    bg: np.ndarray,
+    b: np.ndarray,
+    t: np.ndarray,
+    d: np.ndarray,
+    y: np.ndarray,
+    wt: np.ndarray,
+) -> tuple[float, np.ndarray | None, float, float]:
+    """Best (sse, coef, T0, B0) of the weighted NNLS ``y ~ c0 + c1 max(t, T0) +
+    c2 d max(b, B0)`` over every knee pair of the grids."""
+    ut = np.maximum(t[None, :], tg[:, None])  # (nt, cells)
+    ub = d[None, :] * np.maximum(b[None, :], bg[:, None])  # (nb, cells)
+    nt, nb = len(tg), len(bg)
+    wut = ut * wt
+    wub = ub * wt
+    A = np.empty((nt, nb, 3, 3))
+    A[..., 0, 0] = float(wt.sum())
+    A[..., 0, 1] = A[..., 1, 0] = wut.sum(1)[:, None]
+    A[..., 0, 2] = A[..., 2, 0] = wub.sum(1)[None, :]
+    A[..., 1, 1] = (wut * ut).sum(1)[:, None]
+    A[..., 2, 2] = (wub * ub).sum(1)[None, :]
+    A[..., 1, 2] = A[..., 2, 1] = wut @ ub.T
+    r = np.empty((nt, nb, 3))
+    r[..., 0] = float(wt @ y)
+    r[..., 1] = (wut @ y)[:, None]
+    r[..., 2] = (wub @ y)[None, :]
+    syy = float(wt @ (y * y))
+    # tiny ridge keeps collinear knees (flat features) solvable
+    scale = np.maximum(np.diagonal(A, axis1=-2, axis2=-1), 1e-12)
+    best: tuple[float, np.ndarray | None, float, float] = (math.inf, None, 0.0, 0.0)
+    eye = np.eye(3)
+    # the full model first; the subsets (non-negativity) only if no knee pair is feasible
+    for mask in _SUBSETS:
+        if mask.all():
+            As = A + (scale * 1e-9)[..., None] * eye
+            rs = r
+        else:
+            mm = mask[:, None] & mask[None, :]
+            As = np.where(mm, A, 0.0) + np.where(mask, scale * 1e-9, 1.0)[..., None] * eye
+            rs = np.where(mask, r, 0.0)
+        x = np.linalg.solve(As, rs[..., None])[..., 0]
+        feasible = (x >= -1e-12).all(-1)
+        if not feasible.any():
+            continue
+        x = np.maximum(x, 0.0)
+        ax = (A @ x[..., None])[..., 0]
+        sse = syy - 2.0 * (x * r).sum(-1) + (x * ax).sum(-1)
+        sse = np.where(feasible, sse, np.inf)
+        idx = np.unravel_index(int(np.argmin(sse)), sse.shape)
+        if sse[idx] < best[0] - 1e-9 * max(1.0, syy):
+            best = (float(sse[idx]), x[idx], float(tg[idx[0]]), float(bg[idx[1]]))
+        if mask.all() or mask.sum() == 1:
+            break
+    return best
+
+
+class StepCostModel:
+    """Online roofline step-cost model (see the module docstring).
+
+    Samples are kept per *cell* ``(B, T, D)``: the cell's mean ms (an EWMA, weight
+    ``max(1/n, cell_weight)``), its count ``n`` and when it was last seen.  The fit weighs a
+    cell by ``min(n, cell_cap) * 0.5 ** (age / window)`` (age in samples), so a
+    configuration seen once in a probe still shapes the model next to one seen hundreds of
+    times, and old configurations fade with a half-life of ``window`` samples.  A prediction
+    for a cell with recent data is pulled toward the cell's own mean (weight
+    ``w / (w + cell_prior)``, ``w`` the cell's fit weight): the structure extrapolates, the
+    cells correct what the roofline misses near its knees.  At most
+    ``max_cells`` cells are kept (the lightest are dropped at fit time, or when twice as
+    many exist).
+
+    The model is refitted lazily when :meth:`predict` needs it: after
+    ``min(refit_every, max(4, n / 4))`` new samples (a fit costs a few hundred
+    microseconds).  Until ``min_samples`` samples exist, :attr:`ready` is False and
+    :meth:`predict` returns None.
+    """
+
+    def __init__(
+        self,
+        window: int = 256,
+        refit_every: int = 256,
+        min_samples: int = 4,
+        grid: int = 10,
+        cell_cap: float = 8.0,
+        cell_weight: float = 0.1,
+        max_cells: int = 512,
+        cell_prior: float = 2.0,
+    ) -> None:
+        if window < 4:
+            raise ValueError(f"cost window must be >= 4, got {window}")
+        self.window = window
+        self.refit_every = max(1, refit_every)
+        self.min_samples = min_samples
+        self.grid = grid
+        self.cell_cap = cell_cap
+        self.cell_weight = cell_weight
+        self.max_cells = max_cells
+        self.cell_prior = cell_prior
+        # cells: key -> row; parallel lists (cheap scalar updates, one np.array per fit)
+        self._cells: dict[tuple[int, int, int], int] = {}
+        self._kb: list[float] = []
+        self._kt: list[float] = []
+        self._kd: list[float] = []
+        self._ms: list[float] = []
+        self._cnt: list[float] = []
+        self._last: list[float] = []
+        self.n = 0  # samples ever added
+        self._since_fit = 0
+        self.coef: tuple[float, float, float] = (0.0, 0.0, 0.0)  # bias, c_t, c_d
+        self.knees: tuple[float, float] = (0.0, 0.0)  # T0, B0
+        self.rmse: float | None = None
+        self.fitted = False
+        self.draft_min_steps = 0  # drafter passes at K = 0, learnt from observations
+
+    # -- data
+    def add(self, batch: int, verify_tokens: int, draft_steps: int, ms: float) -> None:
+        if not (ms >= 0.0) or not math.isfinite(ms):
+            raise ValueError(f"step time must be a finite non-negative number, got {ms!r}")
+        key = (batch, verify_tokens, draft_steps)
+        i = self._cells.get(key)
+        if i is None:
+            self._cells[key] = len(self._ms)
+            self._kb.append(float(batch))
+            self._kt.append(float(verify_tokens))
+            self._kd.append(float(draft_steps))
+            self._ms.append(ms)
+            self._cnt.append(1.0)
+            self._last.append(float(self.n))
+            if len(self._ms) > 2 * self.max_cells:
+                self._prune()
+        else:
+            n = self._cnt[i] + 1.0
+            w = 1.0 / n
+            if w < self.cell_weight:
+                w = self.cell_weight
+            self._ms[i] += w * (ms - self._ms[i])
+            self._cnt[i] = n
+            self._last[i] = float(self.n)
+        self.n += 1
+        self._since_fit += 1
+
+    @property
+    def ready(self) -> bool:
+        return self.n >= self.min_samples
+
+    @property
+    def cells(self) -> int:
+        return len(self._cells)
+
+    def _weights(self) -> np.ndarray:
+        age = (self.n - 1) - np.array(self._last)
+        return np.minimum(np.array(self._cnt), self.cell_cap) * np.exp2(-age / self.window)
+
+    def _prune(self) -> None:
+        """Keep the ``max_cells`` heaviest cells (and none that have faded out)."""
+        w = self._weights()
+        keep = w >= 1e-3
+        if keep.sum() > self.max_cells:
+            keep &= w >= np.sort(w)[-self.max_cells]
+        if keep.all():
+            return
+        rows = np.flatnonzero(keep).tolist()
+        for name in ("_kb", "_kt", "_kd", "_ms", "_cnt", "_last"):
+            old = getattr(self, name)
+            setattr(self, name, [old[r] for r in rows])
+        kb, kt, kd = self._kb, self._kt, self._kd
+        self._cells = {(int(kb[j]), int(kt[j]), int(kd[j])): j for j in range(len(rows))}
+
+    def _arrays(self) -> tuple[np.ndarray, ...]:
+        if len(self._ms) > self.max_cells:
+            self._prune()
+        w = self._weights()
+        return np.array(self._kb), np.array(self._kt), np.array(self._kd), np.array(self._ms), w
+
+    # -- fit
+    def fit(self) -> None:
+        """Weighted NNLS over a knee grid, then over a finer grid around the best knees;
+        keeps the (knees, coef) of least squared error."""
+        if not self._cells:
+            return
+        b, t, d, y, wt = self._arrays()
+        m = float(wt.sum())
+        if m <= 0:
+            return
+        tg = _knee_grid(float(t.min()), float(t.max()), self.grid)
+        bg = _knee_grid(float(b.min()), float(b.max()), self.grid)
+        best = _fit_grid(tg, bg, b, t, d, y, wt)
+        if best[1] is None:
+            return
+        # refine: a 5 x 5 grid between the neighbours of the best knees
+        tg2 = _refine(tg, best[2])
+        bg2 = _refine(bg, best[3])
+        fine = _fit_grid(tg2, bg2, b, t, d, y, wt)
+        if fine[1] is not None and fine[0] < best[0]:
+            best = fine
+        sse, x, t0, b0 = best
+        self.coef = (float(x[0]), float(x[1]), float(x[2]))
+        self.knees = (t0, b0)
+        self.rmse = math.sqrt(max(sse, 0.0) / m)  # weighted, over cells
+        self.fitted = True
+        self._since_fit = 0
+
+    def _maybe_fit(self) -> None:
+        # refit often while samples are few, then every ``refit_every`` samples
+        due = min(self.refit_every, max(4, self.n // 4))
+        if (not self.fitted or self._since_fit >= due) and self.ready:
+            self.fit()
+
+    # -- prediction
+    def _corrected(self, batch: int, t: int, d: int, model: float) -> float:
+        """Blend the model with the cell's own recent mean where the cell has data."""
+        i = self._cells.get((batch, t, d))
+        if i is None:
+            return model
+        n = self._cnt[i]
+        if n > self.cell_cap:
+            n = self.cell_cap
+        w = n * 2.0 ** (-((self.n - 1) - self._last[i]) / self.window)
+        return model + (self._ms[i] - model) * (w / (w + self.cell_prior))
+
+    def predict(self, batch: int, verify_tokens: int, draft_steps: int) -> float | None:
+        """Predicted ms of one step (None until :attr:`ready`)."""
+        self._maybe_fit()
+        if not self.fitted:
+            return None
+        c0, ct, cd = self.coef
+        t0, b0 = self.knees
+        model = (
+            c0
+            + ct * (verify_tokens if verify_tokens > t0 else t0)
+            + cd * draft_steps * (batch if batch > b0 else b0)
+        )
+        return self._corrected(batch, verify_tokens, draft_steps, model)
+
+    def predict_uniform(self, batch: int, ks: Sequence[int]) -> list[float] | None:
+        """Predicted ms for a batch of ``batch`` requests all drafting K, for each K in ks."""
+        self._maybe_fit()
+        if not self.fitted:
+            return None
+        c0, ct, cd = self.coef
+        t0, b0 = self.knees
+        dmin = self.draft_min_steps
+        draft_unit = cd * (batch if batch > b0 else b0)
+        cells = self._cells
+        out = []
+        for k in ks:
+            t = batch * (1 + k)
+            d = k if k > dmin else dmin
+            model = c0 + ct * (t if t > t0 else t0) + d * draft_unit
+            if (batch, t, d) in cells:
+                model = self._corrected(batch, t, d, model)
+            out.append(model)
+        return out
+
+
+# ----------------------------------------------------------------------------- confidence
+
+
+class ConfidenceCalibrator:
+    """Binned, monotone map from a draft confidence in [0, 1] to acceptance probability.
+
+    Counts per bin are decayed by ``1 - weight`` per update; an empty bin falls back to the
+    confidence itself (prior strength ``prior_strength``).  The map is made non-decreasing
+    with pool-adjacent-violators after each update.  ``max_requests`` bounds the work per
+    step (a rotating subset of the batch is used).
+    """
+
+    def __init__(
+        self,
+        bins: int = 10,
+        weight: float = 0.02,
+        prior_strength: float = 4.0,
+        max_requests: int = 32,
+    ) -> None:
+        if bins < 1:
+            raise ValueError(f"bins must be >= 1, got {bins}")
+        self.bins = bins
+        self.decay = 1.0 - weight
+        self.prior_strength = prior_strength
+        self.max_requests = max_requests
+        self.tried = [0.0] * bins
+        self.accepted = [0.0] * bins
+        self.samples = 0
+        self._offset = 0
+        self._table: list[float] = [(i + 0.5) / bins for i in range(bins)]
+        self._array = np.array(self._table)
+
+    def _bin(self, c: float) -> int:
+        i = int(c * self.bins)
+        return 0 if i < 0 else (self.bins - 1 if i >= self.bins else i)
+
+    def add(self, confidence: float, accepted: bool) -> None:
+        """One reached draft position (no decay, no table refresh: see :meth:`update`)."""
+        i = self._bin(confidence)
+        self.tried[i] += 1.0
+        if accepted:
+            self.accepted[i] += 1.0
+        self.samples += 1
+
+    def update(self, results: Sequence[RequestResult]) -> None:
+        """Decay, then learn from the results that carry confidences."""
+        n = len(results)
+        if n == 0:
+            return
+        d = self.decay
+        for i in range(self.bins):
+            self.tried[i] *= d
+            self.accepted[i] *= d
+        start = self._offset % n
+        take = min(n, self.max_requests)
+        self._offset += take
+        for idx in range(start, start + take):
+            x = results[idx % n]
+            conf = x.confidences
+            if not conf:
+                continue
+            a = x.accepted
+            reach = min(x.drafted, a + 1, len(conf))
+            for j in range(reach):
+                self.add(conf[j], j < a)
+        self._refresh()
+
+    def _refresh(self) -> None:
+        w = self.prior_strength
+        raw = [
+            (self.accepted[i] + w * (i + 0.5) / self.bins) / (self.tried[i] + w)
+            for i in range(self.bins)
+        ]
+        weights = [self.tried[i] + w for i in range(self.bins)]
+        self._table = _pav(raw, weights)
+        self._array = np.array(self._table)
+
+    def calibrate(self, confidence: float) -> float:
+        """Estimated acceptance probability of a draft token with this confidence."""
+        return self._table[self._bin(confidence)]
+
+    def table(self) -> tuple[float, ...]:
+        return tuple(self._table)
+
+    def table_array(self) -> np.ndarray:
+        """The calibration table as a numpy array (read-only; bin i covers
+        [i/bins, (i+1)/bins))."""
+        return self._array
+
+
+def _pav(values: Sequence[float], weights: Sequence[float]) -> list[float]:
+    """Pool adjacent violators: the weighted non-decreasing fit of ``values``."""
+    blocks: list[list[float]] = []  # [mean, weight, count]
+    for v, w in zip(values, weights):
+        blocks.append([v, w, 1])
+        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
+            v2, w2, c2 = blocks.pop()
+            v1, w1, c1 = blocks[-1]
+            tw = w1 + w2
+            blocks[-1] = [(v1 * w1 + v2 * w2) / tw, tw, c1 + c2]
+    out: list[float] = []
+    for v, _w, c in blocks:
+        out.extend([v] * int(c))
+    return out

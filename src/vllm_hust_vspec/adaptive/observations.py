@@ -1,0 +1,94 @@
+"""What one engine step tells the controller, and what the controller answers.
+
+These frozen dataclasses are the contract between the controller core
+(:mod:`vllm_hust_vspec.adaptive.controller`), the simulator and the vLLM plugin.
+
+Timing semantics.  In the real engine the K decided at step ``s`` is drafted at the end of
+step ``s`` and verified at step ``s + 1``, so a :class:`StepResult` describes the
+verification of an *earlier* decision.  The controller never pairs a result with a decision;
+its estimators learn from what was verified (per-request ``drafted``/``accepted``) and what
+the step cost (``wall_ms`` with the batch size, verified tokens and drafter passes).
+
+Acceptance semantics.  For one request, positions ``1..accepted`` were accepted and, when
+``drafted > accepted``, position ``accepted + 1`` was rejected; later positions were never
+reached and carry no information.  Position ``j`` was therefore *tried* (reached) iff
+``drafted >= j`` and ``accepted >= j - 1``; the conditional acceptance is
+``a_j = P(accept j | accepted j - 1)``.
+
+Extensions (backward compatible):
+  * ``StepResult.drafted`` / ``StepResult.accepted``: aligned 1-D integer arrays (numpy or
+    sequences) of every request's drafted / accepted counts.  When both are given the
+    controller counts from them (numpy) and ``results`` may be empty; this saves building
+    one :class:`RequestResult` per request (``results`` are still needed for confidences).
+  * ``BatchView.confidences`` may also be a 2-D numpy array of shape ``(batch, width)``
+    aligned with ``req_ids`` (rows padded with 0.0); this avoids building a dict per step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class RequestResult:
+    """One request's verification result in one step."""
+
+    req_id: str
+    drafted: int  # draft tokens verified this step (0..Kmax); may be < K (n-gram, trimming)
+    accepted: int  # accepted among them (0..drafted)
+    context_len: int = 0
+    # per-position draft confidences of THESE drafted tokens (len == drafted), if known
+    confidences: tuple[float, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.accepted <= self.drafted:
+            raise ValueError(
+                f"request {self.req_id!r}: need 0 <= accepted <= drafted, got "
+                f"accepted={self.accepted}, drafted={self.drafted}"
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class StepResult:
+    """What one engine step tells the controller."""
+
+    step: int
+    batch_size: int  # running decode requests in the step
+    k: int  # batch draft depth that was verified (max drafted asked)
+    results: tuple[RequestResult, ...]
+    wall_ms: float | None  # step wall time (None if unknown)
+    # drafter forward passes in this step's wall time (vLLM 0.32 runs max(K, 1));
+    # None: assume ``k``
+    num_draft_steps: int | None = None
+    # fast path (see the module docstring): aligned 1-D integer arrays of every request's
+    # drafted / accepted counts, used instead of ``results`` when given
+    drafted: Any = None
+    accepted: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class BatchView:
+    """What ``decide()`` sees: the requests that will draft next."""
+
+    step: int
+    req_ids: tuple[str, ...]
+    context_lens: tuple[int, ...] | None = None
+    # optional per-request next-draft confidences: {req_id: [c_1, c_2, ...]} or a 2-D numpy
+    # array aligned with req_ids (see the module docstring)
+    confidences: Mapping[str, Sequence[float]] | Any | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The controller's answer for one step."""
+
+    k: int  # batch K (= max of k_i when k_i is given), in [min_gamma, kmax]
+    # per-request K (None: every request drafts k); read-only: policies may share the dict
+    # between decisions
+    k_i: dict[str, int] | None
+    policy: str
+    reason: str  # short human-readable why (goes to the decision trace)
+    est_accept: tuple[float, ...]  # conditional acceptance estimates per position 1..kmax
+    est_cost_ms: float | None  # predicted step cost at k (None if no model yet)

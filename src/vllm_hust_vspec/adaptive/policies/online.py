@@ -1,0 +1,177 @@
+"""``online`` (the default): maximise expected goodput from online estimates.
+
+For the current batch size B and every candidate K in ``[min_gamma, kmax]``::
+
+    goodput(K) = B * E(K) / cost(B, K)        E(K) = 1 + sum_{j<=K} prod_{i<=j} a_i
+
+with ``a_i`` from the shared :class:`~..estimators.AcceptanceEstimator` and ``cost`` from the
+structural :class:`~..estimators.StepCostModel` (so a K never tried at this batch size is
+still priced).  No offline profile is needed.
+
+Decision rule, in order:
+
+1. **Warm-up**: the first ``3 * warmup_samples`` decisions probe ``kmax``, ``min_gamma`` and
+   the middle of the range (``warmup_samples`` times each), so both models see spread K.
+2. **Probe** (exploration): after warm-up, probe slots come every ``s_i`` decisions, with
+   ``s_i = min(S, 2 + i // 4)`` (i = decisions since warm-up, so probing is dense at first)
+   and ``S = round(1 / exploration)``.  Slot number ``p`` probes ``candidates[p % n]``
+   (n = number of candidates).  Hence *every K in [min_gamma, kmax] is chosen at least once
+   in any window of ``W = n * S`` consecutive decisions after warm-up* (such a window holds
+   at least n consecutive probe slots, which name every candidate).
+   A probe above the held K is *partial*: a rotating ``ceil(B * PROBE_FRACTION)`` of the
+   requests draft the probed K (so the batch K is the probed K) and the rest keep the held
+   K, which measures deep positions and the draft cost at a fraction of the verify cost.
+   A probe at or below the held K is batch-wide.  Probes ignore hysteresis and
+   ``max_gamma_step`` (one-step measurements) and do not change the held K.
+   With ``exploration = 0`` there are no probes, except while the held K is 0, where a probe
+   still comes every ``ZERO_RESUME_PERIOD`` decisions so speculation can always resume.
+3. **Exploit**: ``best = argmax goodput`` (ties: smaller K).  Switch from the held K only if
+   ``goodput(best) > goodput(held) * (1 + hysteresis)``, moving at most ``max_gamma_step``.
+
+Defaults (settings.py): exploration 0.01 -> S = 100, W = 900 decisions at kmax 8, min 0;
+hysteresis 0.01; the held K starts at the middle of the range (``start_gamma`` /
+``online:K`` overrides).
+
+K = 0 gives no acceptance information; the acceptance counts decay with time, so estimates
+revert to their (optimistic, chained) prior, and probes re-measure them: there is no latch.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..observations import BatchView, Decision
+from .base import Policy, PolicyContext, decision, goodput_table
+
+ZERO_RESUME_PERIOD = 200  # probe spacing while held at K=0 with exploration = 0
+PROBE_FRACTION = 0.25  # share of the batch that drafts an upward probe's K
+
+
+class OnlinePolicy(Policy):
+    name = "online"
+    trusted = True
+
+    def __init__(self, kmax: int, min_gamma: int = 0, start_gamma: int | None = None) -> None:
+        if not 0 <= min_gamma <= kmax:
+            raise ValueError(f"policy 'online': min_gamma={min_gamma} not in [0, {kmax}]")
+        self.candidates = list(range(min_gamma, kmax + 1))
+        mid = (min_gamma + kmax) // 2
+        start = mid if start_gamma is None else start_gamma
+        if not min_gamma <= start <= kmax:
+            raise ValueError(
+                f"policy 'online': start K={start} is out of range [{min_gamma}, {kmax}]"
+            )
+        self.held = start
+        self.n = 0  # decisions made by this policy
+        self.warmup_done_at: int | None = None
+        self.next_probe = 0  # decision index (since warm-up) of the next probe slot
+        self.probe_ptr = 0
+        self.probe_rot = 0  # rotates the requests that draft a partial probe
+        self._warm_order: list[int] | None = None
+
+    # -- helpers
+    def probe_spacing(self, exploration: float, since_warmup: int = 1 << 30) -> int | None:
+        """Decisions between two probe slots (None: no probes)."""
+        if exploration > 0:
+            full = max(1, round(1.0 / exploration))
+        elif self.held == 0:
+            full = ZERO_RESUME_PERIOD
+        else:
+            return None
+        return min(full, 2 + since_warmup // 4)
+
+    def revisit_window(self, exploration: float) -> int | None:
+        """W: every candidate is chosen at least once in any W decisions after warm-up."""
+        if exploration <= 0:
+            return None
+        return max(1, round(1.0 / exploration)) * len(self.candidates)
+
+    def _probe(self, k: int, batch: BatchView, ctx: PolicyContext, why: str) -> Decision:
+        ids = batch.req_ids
+        b = len(ids)
+        held = self.held
+        if k <= held or b <= 1:
+            return decision(ctx, k, self.name, f"{why} k={k}", batch_size=b)
+        m = -(-b * PROBE_FRACTION // 1)
+        m = int(m) if m >= 1 else 1
+        if m >= b:
+            return decision(ctx, k, self.name, f"{why} k={k}", batch_size=b)
+        start = self.probe_rot % b
+        self.probe_rot += m
+        k_i = dict.fromkeys(ids, held)
+        for j in range(start, start + m):
+            k_i[ids[j % b]] = k
+        return decision(ctx, k, self.name, f"{why} k={k} on {m}/{b}", k_i=k_i, batch_size=b)
+
+    # -- policy
+    def decide(self, batch: BatchView, ctx: PolicyContext) -> Decision:
+        n = self.n
+        self.n += 1
+        b = len(batch.req_ids)
+        cands = self.candidates
+        if self._warm_order is None:
+            lo, hi = cands[0], cands[-1]
+            spread = list(dict.fromkeys((hi, lo, (lo + hi) // 2)))
+            self._warm_order = spread * ctx.warmup_samples
+        if n < len(self._warm_order):
+            return self._probe(
+                self._warm_order[n], batch, ctx, f"warmup {n + 1}/{len(self._warm_order)}"
+            )
+        if self.warmup_done_at is None:
+            self.warmup_done_at = n
+        after = n - self.warmup_done_at
+        if after >= self.next_probe:
+            spacing = self.probe_spacing(ctx.exploration, after)
+            if spacing is not None:
+                self.next_probe = after + spacing
+                if after > 0 or ctx.exploration > 0:
+                    k = cands[self.probe_ptr % len(cands)]
+                    self.probe_ptr += 1
+                    return self._probe(k, batch, ctx, "probe")
+            else:
+                self.next_probe = after + 1
+        if b == 0:
+            return decision(ctx, self.held, self.name, "empty batch: hold", batch_size=0)
+        table = goodput_table(ctx, b, cands)
+        if table is None:
+            return decision(
+                ctx, self.held, self.name, "hold: no step times yet", batch_size=b
+            )
+        gp, costs = table
+        held = self.held
+        lo = cands[0]
+        best_i = 0
+        best_g = gp[0]
+        for i in range(1, len(gp)):
+            if gp[i] > best_g:
+                best_g = gp[i]
+                best_i = i
+        best = best_i + lo
+        g_held = gp[held - lo]
+        if best == held:
+            reason = f"best k={best} {best_g:.4g} tok/ms"
+            k = held
+        elif best_g > g_held * (1.0 + ctx.hysteresis):
+            step = ctx.max_gamma_step
+            k = best if abs(best - held) <= step else held + (step if best > held else -step)
+            gain = best_g / g_held - 1.0 if g_held > 0 else math.inf
+            if k == best:
+                reason = f"switch {held}->{k}: +{gain:.1%} tok/ms"
+            else:
+                reason = f"step {held}->{k} toward {best} (+{gain:.1%})"
+            self.held = k
+        else:
+            gain = best_g / g_held - 1.0 if g_held > 0 else 0.0
+            reason = f"hold k={held}: best k={best} only +{gain:.1%}"
+            k = held
+        return Decision(
+            k=k,
+            k_i=None,
+            policy=self.name,
+            reason=reason,
+            est_accept=ctx.acceptance.estimate(),
+            est_cost_ms=costs[k - lo],
+        )
+
+    def describe(self) -> dict:
+        return {"name": self.name, "candidates": [self.candidates[0], self.candidates[-1]]}

@@ -1,0 +1,61 @@
+"""Decision-trace records (DESIGN 3b).  Building the dicts only; the plugin owns the file.
+
+Line 1 (header)::
+
+    {"trace": "vspec-decisions", "version": 1, "settings": {...}, "host": ...}
+
+then per decision::
+
+    {"step", "t", "batch", "k", "k_i": {req: k} | null, "policy", "reason",
+     "est_accept": [...], "est_cost_ms"}
+
+and, when that step's results arrive::
+
+    {"step", "drafted", "accepted", "ms"}
+
+(``drafted``/``accepted`` are sums over the step's requests; ``ms`` may be null).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .observations import Decision, StepResult
+
+TRACE_NAME = "vspec-decisions"
+TRACE_VERSION = 1
+
+
+def header_record(settings: dict[str, Any], host: Any = None) -> dict[str, Any]:
+    return {"trace": TRACE_NAME, "version": TRACE_VERSION, "settings": settings, "host": host}
+
+
+def decision_record(step: int, t: float, batch: int, d: Decision) -> dict[str, Any]:
+    return {
+        "step": step,
+        "t": round(t, 6),
+        "batch": batch,
+        "k": d.k,
+        "k_i": None if d.k_i is None else dict(d.k_i),
+        "policy": d.policy,
+        "reason": d.reason,
+        "est_accept": [round(a, 4) for a in d.est_accept],
+        "est_cost_ms": None if d.est_cost_ms is None else round(d.est_cost_ms, 4),
+    }
+
+
+def result_record(r: StepResult, drafted: int, accepted: int) -> dict[str, Any]:
+    return {
+        "step": r.step,
+        "drafted": drafted,
+        "accepted": accepted,
+        "ms": None if r.wall_ms is None else round(r.wall_ms, 4),
+    }
+
+
+def is_decision(rec: dict[str, Any]) -> bool:
+    return "k" in rec and "policy" in rec
+
+
+def is_result(rec: dict[str, Any]) -> bool:
+    return "drafted" in rec and "k" not in rec

@@ -1,0 +1,36 @@
+"""What each host speculative method allows the controller to do (vLLM >= 0.24, V1 runner).
+
+Facts from the host's proposers (see the reference map, section 1.7):
+
+* ``draft_model``, ``eagle``, ``eagle3``, ``mtp`` (and dflash/gemma4/step3p5, which share the
+  ``SpecDecodeBaseProposer`` loop) honour a per-step K and draft only K tokens; at K = 0 the
+  drafter still runs one forward to keep its KV cache in sync;
+* ``ngram`` (CPU) honours K <= Kmax and may draft fewer (short matches); no drafter forward;
+* ``suffix``, ``medusa``, ``ngram_gpu`` assert K == Kmax: K stays Kmax, only the verified
+  prefix of each request is trimmed;
+* ``custom_class`` gets no K, ``extract_hidden_states`` needs K == 1: not adaptive.
+"""
+
+from __future__ import annotations
+
+from vllm_hust_vspec.settings import FIXED_K_METHODS
+
+# Methods whose drafter forward runs even at K = 0 (draft_min_steps = 1 in the cost model).
+MODEL_DRAFTERS = ("draft_model", "eagle", "eagle3", "mtp", "dflash", "dspark")
+# Methods the plugin cannot drive at all.
+UNSUPPORTED = {
+    "custom_class": "the host calls a custom proposer without the per-step K",
+    "extract_hidden_states": "the host requires num_speculative_tokens == 1 for it",
+}
+
+
+def varies_k(method: str) -> bool:
+    """True when the batch K may change from step to step for ``method``."""
+    return method not in FIXED_K_METHODS
+
+
+def draft_forwards(method: str, k: int) -> int:
+    """Drafter forward passes in a step that drafts ``k`` tokens."""
+    if method == "ngram" or method in ("suffix", "ngram_gpu"):
+        return 0
+    return max(k, 1)

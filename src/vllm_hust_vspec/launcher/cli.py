@@ -1,0 +1,68 @@
+"""``vllm-hust-vspec``: build the vLLM server command from presets, TOML and flags, then
+exec it (or print it with ``--dry-run``)."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+from collections.abc import Mapping, Sequence
+
+from vllm_hust_vspec.launcher import model_store
+from vllm_hust_vspec.launcher.command import LaunchPlan, build_plan
+from vllm_hust_vspec.launcher.errors import LaunchError
+from vllm_hust_vspec.launcher.parser import PROG
+from vllm_hust_vspec.launcher.resolve import Resolved, resolve
+
+
+def render_text(plan: LaunchPlan, res: Resolved) -> str:
+    lines = [f"# vllm-hust-vspec dry run (platform {res.platform}; models are not checked)",
+             "# environment set by the launcher:"]
+    lines += [f"export {k}={shlex.quote(v)}" for k, v in plan.env.items()]
+    lines += [f"unset {k}" for k in plan.unset]
+    lines.append("# server command:")
+    lines.append(shlex.join([plan.executable] + plan.argv[1:]))
+    return "\n".join(lines)
+
+
+def prepare(argv: Sequence[str], environ: Mapping[str, str]) -> tuple[Resolved, LaunchPlan]:
+    res = resolve(argv, environ)
+    plan = build_plan(res, environ)
+    return res, plan
+
+
+def exec_plan(plan: LaunchPlan, environ: Mapping[str, str]) -> None:
+    env = {k: v for k, v in environ.items() if k not in plan.unset}
+    env.update(plan.env)
+    argv = [plan.executable] + plan.argv[1:]
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        if os.path.isabs(plan.executable):
+            os.execve(plan.executable, argv, env)
+        else:
+            os.execvpe(plan.executable, argv, env)
+    except OSError as exc:
+        raise LaunchError(f"cannot start {plan.executable}: {exc.strerror}") from None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    environ = dict(os.environ)
+    try:
+        res, plan = prepare(argv, environ)
+        if res.values.dry_run:
+            print(plan.as_json() if res.values.json else render_text(plan, res))
+            return 0
+        lookups = [lk for lk in (res.target, res.draft) if lk is not None]
+        model_store.check_exist(res.values.method, lookups)
+        print(f"{PROG}: " + shlex.join([plan.executable] + plan.argv[1:]), file=sys.stderr)
+        exec_plan(plan, environ)
+    except LaunchError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 2
+    return 0  # not reached: exec replaced the process
+
+
+if __name__ == "__main__":
+    sys.exit(main())

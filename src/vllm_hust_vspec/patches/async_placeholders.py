@@ -1,0 +1,55 @@
+"""Patch ``AsyncScheduler._update_after_schedule``: per-request K_i under async scheduling.
+
+What:   wraps ``vllm.v1.core.sched.async_scheduler.AsyncScheduler._update_after_schedule``;
+        after the host set every decoding request's next-step placeholders to
+        ``[-1] * num_spec_tokens_to_schedule``, requests with a smaller K_i get
+        ``[-1] * K_i``.
+Why:    with async scheduling the drafts never return to the engine core; the next step's
+        verify width is fixed by these placeholders inside ``schedule()``.  The V1 async
+        scatter and V2 ``prepare_inputs`` read ``len(scheduled spec tokens)`` drafts per row,
+        so a shorter placeholder list verifies the first K_i drafts only.
+Remove: when per-request draft lengths become a host option.
+Note:   the CPU host forces async scheduling off, so this runs on CUDA/NPU hosts only.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from vllm_hust_vspec.patches.spec import PROCESS_ENGINE, PatchSpec, Symbol
+
+_ASYNC = "vllm.v1.core.sched.async_scheduler"
+
+SPEC = PatchSpec(
+    name="async-placeholders",
+    target=Symbol(_ASYNC, "AsyncScheduler._update_after_schedule",
+                  params=("scheduler_output",)),
+    requires=(
+        Symbol("vllm.v1.core.sched.output", "SchedulerOutput.scheduled_spec_decode_tokens"),
+        Symbol("vllm.v1.request", "Request.spec_token_ids"),
+        Symbol("vllm.v1.request", "Request.is_prefill_chunk"),
+    ),
+    process=PROCESS_ENGINE,
+    why="per-request draft lengths K_i under asynchronous scheduling",
+    remove_when="per-request draft lengths become a host option",
+)
+
+
+def make(original: Any) -> Any:
+    @functools.wraps(original)
+    def _update_after_schedule(self: Any, scheduler_output: Any) -> None:
+        original(self, scheduler_output)
+        runtime = self.__dict__.get("_vspec_runtime")
+        if runtime is None:
+            return
+        width = scheduler_output.num_spec_tokens_to_schedule
+        for req_id in scheduler_output.num_scheduled_tokens:
+            request = self.requests[req_id]
+            if request.is_prefill_chunk:
+                continue
+            limit = runtime.draft_limit(req_id)
+            if limit is not None and limit < width:
+                request.spec_token_ids = [-1] * limit
+
+    return _update_after_schedule

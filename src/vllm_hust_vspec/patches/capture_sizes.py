@@ -1,0 +1,60 @@
+"""Patch ``VllmConfig._set_cudagraph_sizes``: capture every verify width (graph hosts only).
+
+What:   wraps ``vllm.config.vllm.VllmConfig._set_cudagraph_sizes``; after the host chose its
+        capture sizes, adds ``n * (K + 1)`` for every K in 1..Kmax and n up to max_num_seqs
+        (capped at the host's largest capture size), computed by
+        :func:`vllm_hust_vspec.runtime.capture.verify_capture_sizes`.
+Why:    the host's dynamic-SD tiers follow the batch-size table; our table is a single
+        ``[(1, 1, Kmax)]`` entry, so without this only the Kmax width would have graphs and
+        every other K the controller picks would run eagerly.
+Remove: when vLLM captures every width up to Kmax in dynamic-SD mode.
+Note:   declared for the doctor on every host; applied only where the platform captures
+        graphs (the CPU host has none: its capture list is empty).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from vllm_hust_vspec.patches.spec import PROCESS_FRONTEND, PatchSpec, Symbol
+
+_VLLM = "vllm.config.vllm"
+
+SPEC = PatchSpec(
+    name="capture-sizes",
+    target=Symbol(_VLLM, "VllmConfig._set_cudagraph_sizes"),
+    requires=(
+        Symbol(_VLLM, "VllmConfig.compilation_config"),
+        Symbol(_VLLM, "VllmConfig.speculative_config"),
+        Symbol(_VLLM, "VllmConfig.scheduler_config"),
+        Symbol("vllm.config.compilation", "CompilationConfig.cudagraph_capture_sizes"),
+        Symbol("vllm.config.compilation", "CompilationConfig.max_cudagraph_capture_size"),
+    ),
+    process=PROCESS_FRONTEND,
+    why="device graphs for every verify width n*(K+1), K = 1..Kmax",
+    remove_when="vLLM captures every width up to Kmax in dynamic-SD mode",
+)
+
+# Applied only on hosts whose platform captures device graphs.
+GRAPH_HOSTS_ONLY = True
+
+
+def make(original: Any) -> Any:
+    @functools.wraps(original)
+    def _set_cudagraph_sizes(self: Any) -> None:
+        original(self)
+        spec = self.speculative_config
+        comp = self.compilation_config
+        sizes = comp.cudagraph_capture_sizes
+        if spec is None or not sizes or not spec.num_speculative_tokens:
+            return
+        from vllm_hust_vspec.runtime.capture import verify_capture_sizes
+
+        cap = comp.max_cudagraph_capture_size or max(sizes)
+        extra = verify_capture_sizes(
+            spec.num_speculative_tokens, self.scheduler_config.max_num_seqs, limit=cap
+        )
+        comp.cudagraph_capture_sizes = sorted(set(sizes) | set(extra))
+
+    return _set_cudagraph_sizes

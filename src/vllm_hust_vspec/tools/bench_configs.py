@@ -1,0 +1,167 @@
+"""The configurations an A/B benchmark compares, and vLLM's batch-size table.
+
+Configuration names on the command line (``--configs``):
+
+* ``none``          target only (no speculation), plugin off;
+* ``fixed``         one configuration per K of ``--fixed-ks``; ``fixed:K`` names one K;
+                    vLLM's own ``num_speculative_tokens = K``, plugin off;
+* ``native_table``  vLLM's ``num_speculative_tokens_per_batch_size`` (the table of
+                    ``--native-table``), Kmax = the launcher's ``--gamma``, plugin off;
+* ``online``        the plugin on, ``--adaptive-policy online``, K <= Kmax;
+* ``budget``        the plugin on, ``--adaptive-policy budget``.
+
+Pure Python: no vLLM import.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import pathlib
+from collections.abc import Sequence
+
+PLUGIN_POLICIES = ("online", "budget")
+CONFIG_NAMES = ("none", "fixed", "native_table", *PLUGIN_POLICIES)
+
+NativeTable = list[list[int]]  # [[range_start, range_end, K], ...] (inclusive ranges)
+
+
+class ConfigError(ValueError):
+    """A configuration list or a batch-size table is malformed."""
+
+
+@dataclasses.dataclass(frozen=True)
+class BenchConfig:
+    name: str  # as reported in results.json ("none", "fixed-k2", "native_table", "online")
+    policy: str  # none | fixed | native_table | online | budget
+    k: int  # K for fixed, Kmax for native_table/online/budget, 0 for none
+
+    @property
+    def plugin(self) -> bool:
+        return self.policy in PLUGIN_POLICIES
+
+
+def parse_int_list(text: str, flag: str, minimum: int = 1) -> tuple[int, ...]:
+    out: list[int] = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        try:
+            v = int(part)
+        except ValueError:
+            raise ConfigError(f"{flag}: {part!r} is not an integer") from None
+        if v < minimum:
+            raise ConfigError(f"{flag}: {v} must be >= {minimum}")
+        out.append(v)
+    if not out:
+        raise ConfigError(f"{flag}: give at least one value")
+    if len(set(out)) != len(out):
+        raise ConfigError(f"{flag}: {text!r} repeats a value")
+    return tuple(out)
+
+
+def parse_configs(text: str, fixed_ks: Sequence[int], kmax: int) -> list[BenchConfig]:
+    """``"none,fixed,native_table,online"`` -> the configurations, in that order."""
+    out: list[BenchConfig] = []
+    for raw in (p.strip() for p in text.split(",")):
+        if not raw:
+            continue
+        if raw == "none":
+            out.append(BenchConfig("none", "none", 0))
+        elif raw == "fixed":
+            out += [BenchConfig(f"fixed-k{k}", "fixed", k) for k in fixed_ks]
+        elif raw.startswith("fixed:"):
+            (k,) = parse_int_list(raw[len("fixed:"):], f"--configs {raw}")
+            out.append(BenchConfig(f"fixed-k{k}", "fixed", k))
+        elif raw in ("native_table", *PLUGIN_POLICIES):
+            out.append(BenchConfig(raw, raw, kmax))
+        else:
+            raise ConfigError(f"--configs: unknown configuration {raw!r} (known: none, fixed, "
+                              f"fixed:K, native_table, {', '.join(PLUGIN_POLICIES)})")
+    if not out:
+        raise ConfigError("--configs: give at least one configuration")
+    names = [c.name for c in out]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise ConfigError(f"--configs: configuration {dup[0]!r} appears twice")
+    return out
+
+
+def table_from_text(text: str, source: str) -> NativeTable:
+    """``"1-4:4,5-16:2"`` (inclusive batch-size ranges, the schedule syntax of
+    ``--adaptive-schedule``) -> vLLM's ``[[1, 4, 4], [5, 16, 2]]``."""
+    table: NativeTable = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        try:
+            rng, k = part.split(":")
+            lo, _, hi = rng.partition("-")
+            entry = [int(lo), int(hi or lo), int(k)]
+        except ValueError:
+            raise ConfigError(f"{source}: entry {part!r} is not LO-HI:K") from None
+        table.append(entry)
+    return check_table(table, source)
+
+
+def table_from_policy(policy: dict[int, int], source: str) -> NativeTable:
+    """A ``batch_gamma_policy`` (batch -> K, "smallest key >= B, else the last") as vLLM's
+    inclusive ranges: keys b1 < b2 < ... give ``[1, b1, K1], [b1+1, b2, K2], ...`` (vLLM carries
+    the last K past the last range, matching "else the last")."""
+    if not policy:
+        raise ConfigError(f"{source}: batch_gamma_policy is empty")
+    table: NativeTable = []
+    lo = 1
+    for b in sorted(policy):
+        table.append([lo, b, int(policy[b])])
+        lo = b + 1
+    return check_table(table, source)
+
+
+def check_table(table: NativeTable, source: str) -> NativeTable:
+    """The rules of vLLM's ``validate_and_normalize_dynamic_sd_schedule``, checked before any
+    server starts: positive sorted non-overlapping ranges starting at 1, K >= 0."""
+    if not table:
+        raise ConfigError(f"{source}: the batch-size table is empty")
+    prev = 0
+    for lo, hi, k in table:
+        if lo < 1 or hi < lo:
+            raise ConfigError(f"{source}: range {lo}-{hi} must satisfy 1 <= start <= end")
+        if lo <= prev:
+            raise ConfigError(f"{source}: range {lo}-{hi} overlaps or is out of order")
+        if k < 0:
+            raise ConfigError(f"{source}: K={k} for {lo}-{hi} must be >= 0")
+        prev = hi
+    if table[0][0] != 1:
+        raise ConfigError(f"{source}: the first range must start at batch size 1")
+    return table
+
+
+def load_native_table(spec: str) -> NativeTable:
+    """``--native-table``: a profile JSON with ``batch_gamma_policy`` (as written by
+    ``vllm-hust-vspec-profile``) or an inline ``LO-HI:K,...`` table."""
+    if spec.endswith(".json"):
+        path = pathlib.Path(spec)
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise ConfigError(f"--native-table {spec}: cannot read: {exc.strerror}") from None
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"--native-table {spec}: invalid JSON at line {exc.lineno}: "
+                              f"{exc.msg}") from None
+        policy = doc.get("batch_gamma_policy") if isinstance(doc, dict) else None
+        if not isinstance(policy, dict):
+            raise ConfigError(f"--native-table {spec}: key 'batch_gamma_policy' is missing "
+                              "(write one with vllm-hust-vspec-profile)")
+        try:
+            parsed = {int(b): int(k) for b, k in policy.items()}
+        except (TypeError, ValueError):
+            raise ConfigError(f"--native-table {spec}: batch_gamma_policy must map batch "
+                              "sizes to integers") from None
+        return table_from_policy(parsed, f"--native-table {spec}")
+    return table_from_text(spec, f"--native-table {spec!r}")
+
+
+def table_text(table: NativeTable) -> str:
+    return ",".join(f"{lo}-{hi}:{k}" for lo, hi, k in table)

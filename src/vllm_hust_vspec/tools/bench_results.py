@@ -1,0 +1,275 @@
+"""Results of the A/B benchmark: the ``results.json`` schema, medians and spread per cell, and
+the ratio tables (each configuration / ``none`` and / the best fixed K of the same cell).
+
+``results.json``::
+
+    {"command": str, "machine": {...},
+     "runs": [{"config", "policy", "k", "workload", "concurrency", "round",
+               "output_tok_s", "tpot_ms", "mean_accept_len", "mean_k"}, ...]}
+
+``policy`` is one of none | fixed | native_table | online | budget; ``k`` is K for ``fixed``,
+Kmax for the others and 0 for ``none``; ``concurrency`` is an int or ``"swing"``.  Goals are
+judged on medians over rounds; spread is reported as min..max.
+
+Pure Python: no vLLM import.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import pathlib
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+POLICIES = ("none", "fixed", "native_table", "online", "budget")
+RUN_KEYS = ("config", "policy", "k", "workload", "concurrency", "round", "output_tok_s",
+            "tpot_ms", "mean_accept_len", "mean_k")
+TOP_KEYS = ("command", "machine", "runs")
+
+
+class ResultsError(ValueError):
+    """A results document does not follow the schema; the message names the run and key."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    config: str
+    policy: str
+    k: int
+    workload: str
+    concurrency: int | str
+    round: int
+    output_tok_s: float
+    tpot_ms: float
+    mean_accept_len: float
+    mean_k: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {key: getattr(self, key) for key in RUN_KEYS}
+
+    @property
+    def cell(self) -> tuple[str, int | str]:
+        return (self.workload, self.concurrency)
+
+
+def _number(rec: Mapping[str, Any], key: str, where: str) -> float:
+    v = rec[key]
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+        raise ResultsError(f"{where}: key '{key}' must be a finite number >= 0, got {v!r}")
+    return float(v)
+
+
+def run_from_dict(rec: Any, where: str) -> Run:
+    if not isinstance(rec, dict):
+        raise ResultsError(f"{where}: must be an object")
+    missing = [k for k in RUN_KEYS if k not in rec]
+    if missing:
+        raise ResultsError(f"{where}: key '{missing[0]}' is missing")
+    extra = sorted(set(rec) - set(RUN_KEYS))
+    if extra:
+        raise ResultsError(f"{where}: unknown key '{extra[0]}' (known: {', '.join(RUN_KEYS)})")
+    if not isinstance(rec["config"], str) or not rec["config"]:
+        raise ResultsError(f"{where}: key 'config' must be a non-empty string")
+    if rec["policy"] not in POLICIES:
+        raise ResultsError(f"{where}: key 'policy' must be one of {', '.join(POLICIES)}, "
+                           f"got {rec['policy']!r}")
+    for key in ("k", "round"):
+        v = rec[key]
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise ResultsError(f"{where}: key '{key}' must be an integer >= 0, got {v!r}")
+    if rec["policy"] == "none" and rec["k"] != 0:
+        raise ResultsError(f"{where}: key 'k' must be 0 for policy none, got {rec['k']!r}")
+    conc = rec["concurrency"]
+    if conc != "swing" and (isinstance(conc, bool) or not isinstance(conc, int) or conc < 1):
+        raise ResultsError(f"{where}: key 'concurrency' must be a positive integer or "
+                           f"\"swing\", got {conc!r}")
+    if not isinstance(rec["workload"], str) or not rec["workload"]:
+        raise ResultsError(f"{where}: key 'workload' must be a non-empty string")
+    nums = {k: _number(rec, k, where) for k in ("output_tok_s", "tpot_ms", "mean_accept_len",
+                                                  "mean_k")}
+    return Run(config=rec["config"], policy=rec["policy"], k=rec["k"], workload=rec["workload"],
+               concurrency=conc, round=rec["round"], **nums)
+
+
+def validate_results(doc: Any, source: str = "results") -> list[Run]:
+    """Check a results document against the schema; returns its runs."""
+    if not isinstance(doc, dict):
+        raise ResultsError(f"{source}: the root must be a JSON object")
+    for key in TOP_KEYS:
+        if key not in doc:
+            raise ResultsError(f"{source}: key '{key}' is missing")
+    extra = sorted(set(doc) - set(TOP_KEYS))
+    if extra:
+        raise ResultsError(f"{source}: unknown key '{extra[0]}' (known: {', '.join(TOP_KEYS)})")
+    if not isinstance(doc["command"], str):
+        raise ResultsError(f"{source}: key 'command' must be a string")
+    if not isinstance(doc["machine"], dict):
+        raise ResultsError(f"{source}: key 'machine' must be an object")
+    if not isinstance(doc["runs"], list):
+        raise ResultsError(f"{source}: key 'runs' must be a list")
+    return [run_from_dict(r, f"{source}: runs[{i}]") for i, r in enumerate(doc["runs"])]
+
+
+def results_doc(command: str, machine: Mapping[str, Any], runs: Iterable[Run]) -> dict[str, Any]:
+    return {"command": command, "machine": dict(machine), "runs": [r.to_dict() for r in runs]}
+
+
+def write_results(path: pathlib.Path, command: str, machine: Mapping[str, Any],
+                  runs: Sequence[Run]) -> None:
+    doc = results_doc(command, machine, runs)
+    validate_results(doc, str(path))
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+    tmp.replace(path)
+
+
+def load_results(path: pathlib.Path) -> tuple[dict[str, Any], list[Run]]:
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ResultsError(f"{path}: cannot read: {exc.strerror}") from None
+    except json.JSONDecodeError as exc:
+        raise ResultsError(f"{path}: invalid JSON at line {exc.lineno}: {exc.msg}") from None
+    return doc, validate_results(doc, str(path))
+
+
+# --------------------------------------------------------------------------- aggregation
+
+
+@dataclasses.dataclass(frozen=True)
+class Stat:
+    """Median and spread (min..max) of one quantity over rounds."""
+
+    median: float
+    lo: float
+    hi: float
+    n: int
+
+    @classmethod
+    def of(cls, values: Sequence[float]) -> Stat:
+        if not values:
+            raise ValueError("no values")
+        return cls(float(statistics.median(values)), float(min(values)), float(max(values)),
+                   len(values))
+
+
+@dataclasses.dataclass(frozen=True)
+class CellSummary:
+    workload: str
+    concurrency: int | str
+    configs: dict[str, Stat]  # config -> output tok/s over rounds
+    accept: dict[str, float]  # config -> median mean_accept_len
+    mean_k: dict[str, float]  # config -> median mean_k
+    best_fixed: str | None  # the fixed-K config with the highest median tok/s
+
+    def ratio(self, config: str, base: str | None) -> float | None:
+        if base is None or base not in self.configs or config not in self.configs:
+            return None
+        b = self.configs[base].median
+        return self.configs[config].median / b if b > 0 else None
+
+
+def _cell_order(cell: tuple[str, int | str], workload_order: Sequence[str]) -> tuple[int, int]:
+    w, c = cell
+    wi = workload_order.index(w) if w in workload_order else len(workload_order)
+    return (wi, 10**9 if c == "swing" else int(c))
+
+
+def config_order(runs: Sequence[Run]) -> list[str]:
+    """Configurations in the order they first appear, ``none`` first."""
+    seen: list[str] = []
+    for r in runs:
+        if r.config not in seen:
+            seen.append(r.config)
+    return sorted(seen, key=lambda c: (c != "none", seen.index(c)))
+
+
+def summarize(runs: Sequence[Run], workload_order: Sequence[str] = ()) -> list[CellSummary]:
+    by_cell: dict[tuple[str, int | str], dict[str, list[Run]]] = {}
+    policy_of: dict[str, str] = {}
+    for r in runs:
+        by_cell.setdefault(r.cell, {}).setdefault(r.config, []).append(r)
+        policy_of[r.config] = r.policy
+    order = list(workload_order) or list(dict.fromkeys(r.workload for r in runs))
+    out = []
+    for cell in sorted(by_cell, key=lambda c: _cell_order(c, order)):
+        per = by_cell[cell]
+        stats = {c: Stat.of([r.output_tok_s for r in rs]) for c, rs in per.items()}
+        fixed = [c for c in per if policy_of[c] == "fixed"]
+        best = max(fixed, key=lambda c: stats[c].median) if fixed else None
+        out.append(CellSummary(
+            workload=cell[0], concurrency=cell[1], configs=stats,
+            accept={c: float(statistics.median([r.mean_accept_len for r in rs])) for c, rs in per.items()},
+            mean_k={c: float(statistics.median([r.mean_k for r in rs])) for c, rs in per.items()},
+            best_fixed=best))
+    return out
+
+
+# --------------------------------------------------------------------------- tables
+
+
+def _fmt_ratio(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}"
+
+
+def throughput_table(cells: Sequence[CellSummary], configs: Sequence[str]) -> str:
+    head = "| workload | conc | " + " | ".join(configs) + " |"
+    sep = "|---|---|" + "---|" * len(configs)
+    rows = [head, sep]
+    for c in cells:
+        vals = []
+        for cfg in configs:
+            s = c.configs.get(cfg)
+            vals.append("-" if s is None else f"{s.median:.1f} ({s.lo:.1f}-{s.hi:.1f})")
+        rows.append(f"| {c.workload} | {c.concurrency} | " + " | ".join(vals) + " |")
+    return "\n".join(rows)
+
+
+def ratio_table(cells: Sequence[CellSummary], configs: Sequence[str]) -> str:
+    """One row per cell: for each configuration ``median / none`` and ``median / best fixed K``
+    (as ``a / b``), plus which fixed K was best in that cell."""
+    head = ("| workload | conc | best fixed | " + " | ".join(configs) + " |")
+    sep = "|---|---|---|" + "---|" * len(configs)
+    rows = [head, sep]
+    for c in cells:
+        vals = [f"{_fmt_ratio(c.ratio(cfg, 'none'))} / {_fmt_ratio(c.ratio(cfg, c.best_fixed))}"
+                if cfg in c.configs else "-" for cfg in configs]
+        rows.append(f"| {c.workload} | {c.concurrency} | {c.best_fixed or '-'} | "
+                    + " | ".join(vals) + " |")
+    return "\n".join(rows)
+
+
+def accept_table(cells: Sequence[CellSummary], configs: Sequence[str]) -> str:
+    head = "| workload | conc | " + " | ".join(configs) + " |"
+    sep = "|---|---|" + "---|" * len(configs)
+    rows = [head, sep]
+    for c in cells:
+        vals = [f"{c.accept[cfg]:.2f} / {c.mean_k[cfg]:.2f}" if cfg in c.configs else "-"
+                for cfg in configs]
+        rows.append(f"| {c.workload} | {c.concurrency} | " + " | ".join(vals) + " |")
+    return "\n".join(rows)
+
+
+def markdown_report(runs: Sequence[Run], workload_order: Sequence[str] = ()) -> str:
+    """The three tables of a run, in markdown."""
+    cells = summarize(runs, workload_order)
+    configs = config_order(runs)
+    rounds = sorted({r.round for r in runs})
+    return "\n".join([
+        f"Median ratios over {len(rounds)} round(s): each cell `config / none` and "
+        "`config / best fixed K of the cell`.",
+        "",
+        ratio_table(cells, configs),
+        "",
+        "Output tok/s, median (min-max over rounds):",
+        "",
+        throughput_table(cells, configs),
+        "",
+        "Mean accepted length / mean K (medians):",
+        "",
+        accept_table(cells, configs),
+        "",
+    ])

@@ -1,0 +1,308 @@
+"""vllm-hust-vspec-bench ab (and vllm-hust-vspec-profile): the server each configuration gets,
+bad input with one clear error and no server left running, and a minimal real A/B."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import re
+import subprocess
+import sys
+
+import pytest
+from launcher_util import REPO, clean_env
+
+pytestmark = pytest.mark.cli
+
+PRESET = str(REPO / "configs" / "tiny-cpu-draft.toml")
+
+
+def bench(*args: str, env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "vllm_hust_vspec.tools.bench", "ab", *args],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def profile(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "vllm_hust_vspec.tools.profile", *args],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture
+def fake(tmp_path: pathlib.Path) -> dict[str, pathlib.Path]:
+    """Model dirs that exist (dry runs and the checks before a start need no real model) and
+    a small prompt set."""
+    models = tmp_path / "models"
+    for name in ("target-large", "draft"):
+        (models / name).mkdir(parents=True)
+        (models / name / "config.json").write_text("{}")  # not a model: a server dies on it
+    prompts = tmp_path / "prompts"
+    prompts.mkdir()
+    for name, n in (("code", 128), ("hard", 24)):
+        (prompts / f"{name}.jsonl").write_text(
+            "".join(json.dumps({"prompt": f"{name} {i}", "output_tokens": n}) + "\n"
+                    for i in range(6)))
+    return {"models": models, "prompts": prompts, "out": tmp_path / "out"}
+
+
+def fake_env(fake: dict[str, pathlib.Path]) -> dict[str, str]:
+    return clean_env(HUST_VSPEC_MODEL_DIR=str(fake["models"]))
+
+
+def dry_run(fake, *args: str) -> dict[str, dict]:
+    proc = bench("--dry-run", "--prompts-dir", str(fake["prompts"]), "--output-dir",
+                 str(fake["out"]), *args, env=fake_env(fake))
+    assert proc.returncode == 0, proc.stderr
+    configs: dict[str, dict] = {}
+    name = None
+    for line in proc.stdout.splitlines():
+        m = re.match(r"\[(\S+)\] policy=(\S+) k=(\d+) plugin=(on|off)", line)
+        if m:
+            name = m.group(1)
+            configs[name] = {"policy": m.group(2), "k": int(m.group(3)), "plugin": m.group(4)}
+        elif line.startswith("  env: ") and name:
+            configs[name]["env"] = dict(kv.split("=", 1) for kv in line[7:].split())
+        elif line.startswith("  cmd: ") and name:
+            configs[name]["cmd"] = line[7:]
+    configs["_cells"] = [line.split()[1].rstrip(":") for line in proc.stdout.splitlines()
+                         if line.startswith("cell ")]
+    assert not fake["out"].exists()  # a dry run writes nothing
+    return configs
+
+
+def spec_of(cmd: str) -> dict | None:
+    m = re.search(r"--speculative-config '([^']+)'", cmd)
+    return None if m is None else json.loads(m.group(1))
+
+
+def test_dry_run_one_launcher_resolution_per_configuration(fake):
+    got = dry_run(fake, "--native-table", "1-2:4,3-8:2,9-16:1", "--",
+                  "--config", PRESET, "--max-num-seqs", "16")
+    assert [n for n in got if n != "_cells"] == [
+        "none", "fixed-k1", "fixed-k2", "fixed-k3", "fixed-k4", "native_table", "online"]
+    # the same host flags everywhere
+    host = [re.sub(r" --speculative-config '[^']+'", "", got[n]["cmd"]) for n in got if n != "_cells"]
+    assert len(set(host)) == 1 and "--max-num-seqs 16" in host[0]
+    assert f"--model {fake['models']}/target-large" in host[0]
+    # plugin off: the host as users run it today
+    for name in ("none", "fixed-k1", "fixed-k4", "native_table"):
+        env = got[name]["env"]
+        assert env["HUST_VSPEC_ENABLED"] == "0"
+        assert not [k for k in env if k.startswith("HUST_VSPEC_") and k != "HUST_VSPEC_ENABLED"]
+    assert spec_of(got["none"]["cmd"]) is None and got["none"]["k"] == 0
+    assert spec_of(got["fixed-k2"]["cmd"])["num_speculative_tokens"] == 2
+    table = spec_of(got["native_table"]["cmd"])
+    assert table["num_speculative_tokens"] == 4
+    assert table["num_speculative_tokens_per_batch_size"] == [[1, 2, 4], [3, 8, 2], [9, 16, 1]]
+    # plugin on
+    online = got["online"]
+    assert online["plugin"] == "on" and online["k"] == 4
+    assert online["env"]["HUST_VSPEC_ENABLED"] == "1"
+    assert online["env"]["HUST_VSPEC_ADAPTIVE_POLICY"] == "online"
+    assert online["env"]["HUST_VSPEC_ADAPTIVE_TRACE_FILE"] == str(fake["out"] / "traces" / "online-r1.jsonl")
+    assert spec_of(online["cmd"])["num_speculative_tokens"] == 4
+    assert got["_cells"] == ["code@1", "code@4", "code@16", "hard@1", "hard@4", "hard@16",
+                             "mixed@1", "mixed@4", "mixed@16", "shifting@1", "shifting@4",
+                             "shifting@16", "swing@swing"]
+
+
+def test_dry_run_native_table_from_a_profile(fake, tmp_path):
+    prof = tmp_path / "profile.json"
+    prof.write_text(json.dumps({"batch_gamma_policy": {"1": 3, "4": 2, "16": 0}}))
+    got = dry_run(fake, "--configs", "native_table,fixed:3", "--native-table", str(prof),
+                  "--workloads", "code", "--concurrency", "2", "--", "--config", PRESET)
+    spec = spec_of(got["native_table"]["cmd"])
+    assert spec["num_speculative_tokens_per_batch_size"] == [[1, 1, 3], [2, 4, 2], [5, 16, 0]]
+    assert list(got)[:2] == ["native_table", "fixed-k3"] and got["_cells"] == ["code@2"]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = pathlib.Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def _procs_mentioning(text: str) -> list[int]:
+    out = []
+    for entry in pathlib.Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if text in cmd and _alive(int(entry.name)):
+            out.append(int(entry.name))
+    return out
+
+
+@pytest.mark.parametrize("args, launcher, expect", [
+    (["--workloads", "code,bogus"], [], "unknown workload 'bogus'"),
+    (["--configs", "none,fastest"], [], "unknown configuration 'fastest'"),
+    (["--configs", "none,native_table"], [], "native_table needs --native-table"),
+    (["--native-table", "2-4:1"], [], "must start at batch size 1"),
+    (["--native-table", "1-16:5"], [], "K=5 for batch sizes 1-16 exceeds Kmax 4"),
+    ([], ["--max-num-seqs", "8"], "max_num_seqs is 8"),
+    ([], ["--port", "9999"], "'--port'"),
+    (["--concurrency", "0"], [], "--concurrency: 0 must be >= 1"),
+    (["--swing-phases", "1,x"], [], "--swing-phases: 'x'"),
+])
+def test_bad_input_one_error_nothing_started(fake, args, launcher, expect):
+    table = [] if any(a.startswith("--native-table") for a in args) or "--configs" in args \
+        else ["--native-table", "1-16:2"]
+    proc = bench("--prompts-dir", str(fake["prompts"]), "--output-dir", str(fake["out"]),
+                 *table, *args, "--", "--config", PRESET, "--max-num-seqs", "16", *launcher,
+                 env=fake_env(fake))
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert expect in proc.stderr and proc.stderr.count("error:") == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not fake["out"].exists()  # nothing started, nothing written
+
+
+def test_missing_dataset_and_missing_model(fake, tmp_path):
+    (fake["prompts"] / "hard.jsonl").unlink()
+    proc = bench("--prompts-dir", str(fake["prompts"]), "--workloads", "code,mixed",
+                 "--configs", "none", "--", "--config", PRESET, env=fake_env(fake))
+    assert proc.returncode == 2 and proc.stderr.count("error:") == 1
+    assert "prompt set 'hard'" in proc.stderr and "hard.jsonl not found" in proc.stderr
+    proc = bench("--prompts-dir", str(fake["prompts"]), "--workloads", "code", "--configs", "none",
+                 "--", "--config", PRESET, env=clean_env(HUST_VSPEC_MODEL_DIR=str(tmp_path / "no")))
+    assert proc.returncode == 2 and proc.stderr.count("error:") == 1
+    assert "target-large" in proc.stderr and "--target-model" in proc.stderr
+
+
+def test_no_launcher_arguments(fake):
+    proc = bench("--prompts-dir", str(fake["prompts"]), "--configs", "none", env=fake_env(fake))
+    assert proc.returncode == 2 and "launcher arguments after --" in proc.stderr
+
+
+def test_server_that_fails_to_start_leaves_nothing_running(fake):
+    """The model dirs hold no model: the server dies while loading; the bench reports it once,
+    names the configuration and the log, and no process of it is left."""
+    proc = bench("--prompts-dir", str(fake["prompts"]), "--output-dir", str(fake["out"]),
+                 "--workloads", "code", "--concurrency", "1", "--configs", "fixed:2,online",
+                 "--rounds", "1", "--start-timeout", "300", "--", "--config", PRESET,
+                 env=fake_env(fake), timeout=400)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert proc.stderr.count("error:") == 1, proc.stderr
+    assert "server for configuration fixed-k2 exited with code" in proc.stderr
+    assert "fixed-k2-r1.server.log" in proc.stderr
+    pids = [int(p) for p in re.findall(r"server pid (\d+)", proc.stdout)]
+    assert len(pids) == 1  # it stopped at the first failure
+    assert not _alive(pids[0])
+    assert _procs_mentioning(str(fake["models"])) == []
+    assert not (fake["out"] / "results.json").exists()
+
+
+def test_server_not_ready_in_time_is_stopped(fixtures_dir, tmp_path):
+    """A real server that is still loading when --start-timeout ends is killed, engine core and
+    all."""
+    out = tmp_path / "out"
+    env = clean_env(HUST_VSPEC_MODEL_DIR=str(fixtures_dir))
+    proc = bench("--prompts-dir", str(fixtures_dir / "prompts"), "--output-dir", str(out),
+                 "--workloads", "code", "--concurrency", "1", "--configs", "none",
+                 "--rounds", "1", "--start-timeout", "3", "--", "--config", PRESET,
+                 env=env, timeout=200)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "was not ready after 3 s" in proc.stderr and proc.stderr.count("error:") == 1
+    started = re.findall(r"server pid (\d+) port (\d+)", proc.stdout)
+    assert len(started) == 1
+    pid, port = int(started[0][0]), started[0][1]
+    assert not _alive(pid)
+    assert _procs_mentioning(f"--port {port} ") == []
+
+
+@pytest.mark.slow
+def test_minimal_real_ab(fixtures_dir, tmp_path):
+    """One round, tiny token caps, three configurations (none, fixed K=2, online) over code at
+    concurrency 2 and a two-phase swing: the whole pipeline on the real CPU host."""
+    out = tmp_path / "ab"
+    env = clean_env(HUST_VSPEC_MODEL_DIR=str(fixtures_dir))
+    proc = bench("--prompts-dir", str(fixtures_dir / "prompts"), "--output-dir", str(out),
+                 "--configs", "none,fixed:2,online", "--workloads", "code,swing",
+                 "--concurrency", "2", "--swing-phases", "1,2", "--rounds", "1",
+                 "--output-len", "12", "--requests-per-slot", "1", "--min-requests", "2",
+                 "--warmup-requests", "1", "--", "--config", PRESET, env=env, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    lines = proc.stdout.strip().splitlines()
+    assert lines[-1] == str(out / "results.json")
+    assert sum(1 for line in lines if re.match(r"\[\d/3\] round 1/1 ", line)) == 3
+    doc = json.loads((out / "results.json").read_text())
+    from vllm_hust_vspec.tools.bench_results import validate_results
+
+    runs = validate_results(doc)
+    assert {(r.config, r.workload, r.concurrency) for r in runs} == {
+        (c, w, n) for c in ("none", "fixed-k2", "online") for w, n in (("code", 2), ("swing", "swing"))}
+    by = {(r.config, r.workload): r for r in runs}
+    for r in runs:
+        assert r.output_tok_s > 0 and r.tpot_ms > 0
+    assert by[("none", "code")].mean_accept_len == 1.0 and by[("none", "code")].mean_k == 0.0
+    fixed = by[("fixed-k2", "code")]
+    assert fixed.k == 2 and fixed.mean_k == pytest.approx(2.0, abs=0.05)
+    assert 1.0 < fixed.mean_accept_len <= 3.0
+    online = by[("online", "code")]
+    assert online.policy == "online" and online.k == 4 and 0.0 <= online.mean_k <= 4.0
+    assert doc["machine"]["method"] == "draft_model" and doc["machine"]["kmax"] == 4
+    assert (out / "ab.png").read_bytes()[:4] == b"\x89PNG"
+    assert "| code | 2 | fixed-k2 |" in (out / "report.md").read_text()
+    trace = (out / "traces" / "online-r1.jsonl").read_text().splitlines()
+    assert json.loads(trace[0])["trace"] == "vspec-decisions"
+    pids = [int(p) for p in re.findall(r"server pid (\d+)", proc.stdout)]
+    assert len(pids) == 3 and not any(_alive(p) for p in pids)
+
+
+def test_profile_dry_run_and_bad_input(fake):
+    env = fake_env(fake)
+    proc = profile("--dry-run", "--prompts-dir", str(fake["prompts"]), "--gammas", "0,2",
+                   "--batches", "1,4", "--", "--config", PRESET, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "K [0, 2] x batch [1, 4] x output [32, 96]; Kmax 2; 2 servers" in proc.stdout
+    k0 = [line for line in proc.stdout.splitlines() if line.startswith("[k0] env:")][0]
+    assert "HUST_VSPEC_ADAPTIVE_POLICY=fixed" in k0 and "HUST_VSPEC_ADAPTIVE_FIXED_GAMMA=0" in k0
+    cmd = [line for line in proc.stdout.splitlines() if line.startswith("[k0] cmd:")][0]
+    assert '"num_speculative_tokens":2' in cmd
+    for args, expect in ((["--batches", "1,16"], "max_num_seqs is 8"),
+                         (["--gammas", "x"], "--gammas: 'x'"),
+                         (["--workload", "swing"], "invalid choice")):
+        proc = profile("--prompts-dir", str(fake["prompts"]), *args, "--", "--config", PRESET,
+                       env=env)
+        assert proc.returncode == 2 and expect in proc.stderr, proc.stderr
+        assert proc.stderr.count("error:") == 1
+    proc = profile("--prompts-dir", str(fake["prompts"]), "--", "--config", PRESET, "--gamma", "3",
+                   env=env)
+    assert proc.returncode == 2 and "'--gamma'" in proc.stderr
+
+
+def run_demo(env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
+    return subprocess.run([str(REPO / "run.sh"), "demo"], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_demo_refuses_fixtures_without_manifest(tmp_path):
+    proc = run_demo(clean_env(VSPEC_FIXTURES=str(tmp_path)), timeout=300)
+    assert proc.returncode == 1
+    assert f"VSPEC_FIXTURES={tmp_path} holds no manifest.json" in proc.stderr
+    assert proc.stderr.count("error:") == 1 and proc.stdout == ""
+
+
+@pytest.mark.slow
+def test_demo_end_to_end(fixtures_dir, tmp_path):
+    """./run.sh demo: none, a fixed K and online on code and swing; the ratio table; the PNG;
+    results.json's path as the last line; no server left."""
+    out = tmp_path / "demo"
+    proc = run_demo(clean_env(VSPEC_FIXTURES=str(fixtures_dir), VSPEC_DEMO_DIR=str(out)),
+                    timeout=1500)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    lines = proc.stdout.strip().splitlines()
+    assert lines[-1] == str(out / "results.json")
+    assert any(line.startswith("| workload | conc | best fixed |") for line in lines)
+    runs = json.loads((out / "results.json").read_text())["runs"]
+    configs = {r["config"] for r in runs}
+    assert len(configs) == 3 and {"none", "online"} < configs
+    assert {(r["workload"], r["concurrency"]) for r in runs} == {
+        ("code", 1), ("code", 4), ("code", 16), ("swing", "swing")}
+    assert (out / "ab.png").read_bytes()[:4] == b"\x89PNG"
+    pids = [int(p) for p in re.findall(r"server pid (\d+)", proc.stdout)]
+    assert len(pids) == 3 and not any(_alive(p) for p in pids)

@@ -1,0 +1,215 @@
+"""Real starts on the CPU host: ./run.sh tiny-cpu-draft serves with the plugin active,
+answers /v1/completions and /v1/chat/completions, carries the plugin flags into the
+decision trace header, is benchmarked by vllm-hust-vspec-bench serve, and stops cleanly;
+a plain server command with HUST_VSPEC_ENABLED=1 works too."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import requests
+
+pytestmark = [pytest.mark.host, pytest.mark.slow]
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+ACTIVE = "vllm-hust-vspec active:"
+START_TIMEOUT = 300
+
+
+def _env(fixtures: pathlib.Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("HUST_VSPEC_", "HUST_SPECSLO_", "HUST_SPECASCEND_"))
+           and k not in ("VSPEC_CONFIG", "SPECSLO_CONFIG", "SPECASCEND_CONFIG", "VLLM_PLUGINS")}
+    env["VSPEC_FIXTURES"] = str(fixtures)
+    env.update(extra)
+    return env
+
+
+class Server:
+    def __init__(self, argv: list[str], env: dict[str, str], log: pathlib.Path, port: int):
+        self.log_path = log
+        self.port = port
+        self._log = open(log, "w")
+        self.proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=self._log,
+                                     stderr=subprocess.STDOUT, start_new_session=True)
+        self.url = f"http://127.0.0.1:{port}"
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def wait_ready(self) -> None:
+        deadline = time.monotonic() + START_TIMEOUT
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"server exited rc={self.proc.returncode}:\n{self.log()[-4000:]}")
+            try:
+                if requests.get(self.url + "/health", timeout=2).status_code == 200:
+                    return
+            except requests.RequestException:
+                pass
+            time.sleep(1)
+        self.stop()
+        raise AssertionError(f"server not ready in {START_TIMEOUT}s:\n{self.log()[-4000:]}")
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        self._log.close()
+        return self.proc.returncode
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+# Plugin options set away from their defaults: the trace header must show each of them.
+PLUGIN_FLAGS = ["--gamma", "3", "--adaptive-policy", "online", "--adaptive-hysteresis", "0.07",
+                "--adaptive-min-gamma", "1", "--adaptive-online-window", "64",
+                "--adaptive-control-interval", "2", "--adaptive-max-gamma-step", "2",
+                "--adaptive-ewma-weight", "0.1", "--adaptive-online-exploration", "0.05",
+                "--adaptive-online-warmup-samples", "3", "--adaptive-log-interval", "5"]
+
+
+@pytest.fixture(scope="module")
+def run_sh_server(fixtures_dir, tmp_path_factory):
+    from conftest import free_port
+    tmp = tmp_path_factory.mktemp("serve")
+    port = free_port()
+    trace = tmp / "decisions.jsonl"
+    argv = [str(REPO / "run.sh"), "tiny-cpu-draft", "--port", str(port), *PLUGIN_FLAGS,
+            "--adaptive-trace-file", str(trace)]
+    server = Server(argv, _env(fixtures_dir), tmp / "server.log", port)
+    try:
+        server.wait_ready()
+        yield server, trace, tmp
+    finally:
+        rc = server.stop()
+        server.rc = rc
+
+
+def test_completions(run_sh_server):
+    server, _, _ = run_sh_server
+    r = requests.post(server.url + "/v1/completions", timeout=120, json={
+        "model": "tiny-cpu-draft", "prompt": "def read_config(path):\n", "max_tokens": 16,
+        "temperature": 0})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["choices"][0]["text"]
+    assert body["usage"]["completion_tokens"] == 16
+
+
+def test_chat_completions(run_sh_server):
+    server, _, _ = run_sh_server
+    r = requests.post(server.url + "/v1/chat/completions", timeout=120, json={
+        "model": "tiny-cpu-draft", "messages": [{"role": "user", "content": "import os"}],
+        "max_tokens": 12, "temperature": 0})
+    assert r.status_code == 200, r.text
+    assert r.json()["choices"][0]["message"]["content"] is not None
+    assert r.json()["usage"]["completion_tokens"] >= 1
+
+
+def test_plugin_active_and_flags_in_trace_header(run_sh_server):
+    server, trace, _ = run_sh_server
+    log = server.log()
+    assert ACTIVE in log, log[-3000:]
+    line = next(x for x in log.splitlines() if ACTIVE in x)
+    assert "kmax=3" in line
+    deadline = time.monotonic() + 30
+    while not (trace.is_file() and trace.read_text().strip()) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    header = json.loads(trace.read_text().splitlines()[0])
+    assert header["trace"] == "vspec-decisions" and header["version"] == 1
+    s = header["settings"]
+    assert s["adaptive_hysteresis"] == pytest.approx(0.07)
+    assert s["adaptive_min_gamma"] == 1
+    assert s["adaptive_online_window"] == 64
+    assert s["adaptive_control_interval"] == 2
+    assert s["adaptive_max_gamma_step"] == 2
+    assert s["adaptive_ewma_weight"] == pytest.approx(0.1)
+    assert s["adaptive_online_exploration"] == pytest.approx(0.05)
+    assert s["adaptive_online_warmup_samples"] == 3
+    assert s["adaptive_log_interval"] == pytest.approx(5.0)
+    assert s["adaptive_trace_file"] == str(trace)
+    assert header["host"]["kmax"] == 3
+
+
+def test_trace_header_equals_what_the_launcher_wrote(run_sh_server, fixtures_dir):
+    """Every plugin option: dry-run env -> plugin reader == the running engine's header."""
+    from vllm_hust_vspec import settings
+    server, trace, _ = run_sh_server
+    proc = subprocess.run(
+        [str(REPO / "run.sh"), "tiny-cpu-draft", "--port", str(server.port), *PLUGIN_FLAGS,
+         "--adaptive-trace-file", str(trace), "--dry-run", "--json"],
+        cwd=REPO, env=_env(fixtures_dir), capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    expected = settings.from_env(json.loads(proc.stdout)["env"]).as_dict("plugin")
+    header = json.loads(trace.read_text().splitlines()[0])["settings"]
+    for name, value in expected.items():
+        assert header[name] == (pytest.approx(value) if isinstance(value, float) else value), name
+
+
+def test_bench_serve_against_the_server(run_sh_server, fixtures_dir):
+    server, _, tmp = run_sh_server
+    result_dir = tmp / "bench"
+    proc = subprocess.run(
+        [sys.executable, "-m", "vllm_hust_vspec.tools.bench", "serve",
+         "--dataset-path", str(fixtures_dir / "prompts" / "code.jsonl"), "--num-prompts", "2",
+         "--output-len", "8", "--base-url", server.url, "--backend", "openai",
+         "--result-dir", str(result_dir), "--label", "tiny"],
+        cwd=REPO, env=_env(fixtures_dir), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    result = json.loads((result_dir / "tiny.json").read_text())
+    assert result["completed"] == 2
+    assert result["total_output_tokens"] > 0
+
+
+def test_stops_cleanly(run_sh_server):
+    server, _, _ = run_sh_server
+    rc = server.stop()
+    assert rc == 0, server.log()[-3000:]
+    deadline = time.monotonic() + 20  # the engine core exits just after the API server
+    while _group_alive(server.proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not _group_alive(server.proc.pid), "server processes left behind"
+
+
+def test_plain_server_with_enable_env(fixtures_dir, tmp_path):
+    from conftest import free_port
+    port = free_port()
+    argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server",
+            "--model", str(fixtures_dir / "target-large"), "--host", "127.0.0.1",
+            "--port", str(port), "--max-model-len", "1024", "--max-num-seqs", "4",
+            "--enforce-eager", "--speculative-config",
+            json.dumps({"method": "ngram", "num_speculative_tokens": 2,
+                        "prompt_lookup_min": 2, "prompt_lookup_max": 3})]
+    env = _env(fixtures_dir, HUST_VSPEC_ENABLED="1", VLLM_CPU_KVCACHE_SPACE="1",
+               HF_HUB_OFFLINE="1", VLLM_NO_USAGE_STATS="1")
+    server = Server(argv, env, tmp_path / "plain.log", port)
+    try:
+        server.wait_ready()
+        r = requests.post(server.url + "/v1/completions", timeout=120, json={
+            "model": str(fixtures_dir / "target-large"), "prompt": "import os\nimport ",
+            "max_tokens": 8, "temperature": 0})
+        assert r.status_code == 200, r.text
+        assert r.json()["usage"]["completion_tokens"] == 8
+        line = next((x for x in server.log().splitlines() if ACTIVE in x), None)
+        assert line is not None, server.log()[-3000:]
+        assert "kmax=2" in line
+    finally:
+        assert server.stop() == 0

@@ -1,0 +1,161 @@
+"""The doctor on the real vLLM-HUST 0.17.2.post1 and vLLM-Ascend 0.23.0.post1 source trees.
+
+Both exist on PyPI only as sdists; :mod:`sdists` fetches them from the index's simple page,
+checks their sha256 and caches them under ``~/.cache/vllm-hust-vspec/sdists/``.  A test skips
+(with the reason) only when the index cannot be reached.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import subprocess
+import sys
+
+import pytest
+import sdists
+
+pytestmark = pytest.mark.packaging
+
+DOCTOR = str(pathlib.Path(sys.executable).parent / "vllm-hust-vspec-doctor")
+PER_STEP_K_017 = [
+    "vllm.v1.core.sched.output.SchedulerOutput.num_spec_tokens_to_schedule",
+    "vllm.v1.core.sched.scheduler.Scheduler.dynamic_sd_lookup",
+    "vllm.v1.worker.gpu_model_runner.GPUModelRunner.prev_num_spec_tokens",
+]
+BASE_PROPOSE_K = "vllm.v1.spec_decode.llm_base_proposer.SpecDecodeBaseProposer.propose"
+ASCEND_PROPOSE = "vllm_ascend.spec_decode.llm_base_proposer.AscendSpecDecodeBaseProposer._propose"
+
+
+def _tree(name: str, version: str) -> pathlib.Path:
+    try:
+        return sdists.host_tree(name, version)
+    except sdists.IndexUnreachable as exc:
+        pytest.skip(f"PyPI cannot be reached, so the {name}=={version} sdist is unavailable: "
+                    f"{exc}")
+
+
+@pytest.fixture(scope="module")
+def hust() -> pathlib.Path:
+    return _tree("vllm-hust", "0.17.2.post1")
+
+
+@pytest.fixture(scope="module")
+def ascend() -> pathlib.Path:
+    return _tree("vllm-ascend", "0.23.0.post1")
+
+
+def run(*args: str) -> tuple[int, dict]:
+    proc = subprocess.run([DOCTOR, "--json", *args], capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert proc.returncode in (0, 1), proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["ok"] == (proc.returncode == 0)
+    return proc.returncode, report
+
+
+def test_cached_sdists_match_the_index_sha256(hust: pathlib.Path, ascend: pathlib.Path) -> None:
+    for name, version in (("vllm-hust", "0.17.2.post1"), ("vllm-ascend", "0.23.0.post1")):
+        path = sdists.fetch_sdist(name, version)
+        stamp = json.loads((sdists.CACHE / f"{name}-{version}.json").read_text())
+        assert path.name == f"{name.replace('-', '_')}-{version}.tar.gz"
+        assert sdists._sha256(path) == stamp["digests"]["sha256"]
+        assert len(stamp["digests"]["sha256"]) == 64
+
+
+# ---------------------------------------------------------------- vLLM-HUST 0.17.2.post1
+
+def test_hust_tree_is_detected(hust: pathlib.Path) -> None:
+    rc, report = run("--vllm-root", str(hust), "--method", "eagle")
+    (host,) = report["hosts"]
+    assert (host["distribution"], host["version"]) == ("vllm-hust", "0.17.2.post1")
+    assert host["version_source"] == str(hust / "PKG-INFO")
+    assert host["git"] is None
+    assert report["family"] == "vllm-hust"
+    assert rc == 0  # the fixed-K path (drafter, plugin loading) is all there
+
+
+@pytest.mark.parametrize("method", ["draft_model", "eagle", "eagle3", "mtp"])
+def test_hust_017_lacks_the_per_step_k_path(hust: pathlib.Path, method: str) -> None:
+    rc, report = run("--vllm-root", str(hust), "--method", method, "--adaptive")
+    assert rc == 1
+    assert report["missing"] == sorted(PER_STEP_K_017 + [BASE_PROPOSE_K])
+    by_symbol = {c["symbol"]: c for c in report["checks"]}
+    propose = by_symbol[BASE_PROPOSE_K]
+    assert propose["detail"] == "module file of vllm.v1.spec_decode.llm_base_proposer not found"
+    assert propose["file"].endswith("vllm/v1/spec_decode/llm_base_proposer.py")
+    # ... while per-request trimming and observation are present, with their lines.
+    for ok in ("vllm.v1.core.sched.scheduler.Scheduler.update_draft_token_ids",
+               "vllm.v1.core.sched.async_scheduler.AsyncScheduler._update_after_schedule",
+               "vllm.v1.core.sched.scheduler.Scheduler.make_spec_decoding_stats",
+               "vllm.v1.worker.gpu_model_runner.GPUModelRunner.propose_draft_token_ids"):
+        assert by_symbol[ok]["status"] == "OK" and by_symbol[ok]["line"] > 0, ok
+
+
+def test_hust_017_ngram_needs_k_in_the_ngram_proposer(hust: pathlib.Path) -> None:
+    rc, report = run("--vllm-root", str(hust), "--method", "ngram", "--adaptive")
+    assert rc == 1
+    assert report["missing"] == sorted(
+        PER_STEP_K_017 + ["vllm.v1.spec_decode.ngram_proposer.NgramProposer.propose"])
+    check = next(c for c in report["checks"] if c["symbol"].endswith("NgramProposer.propose")
+                 and c["status"] == "MISSING")
+    assert check["patch"] == "hust-drafter-k-ngram"
+    assert check["detail"] == "parameter(s) missing: num_speculative_tokens"
+
+
+@pytest.mark.parametrize("method", ["suffix", "medusa"])
+def test_hust_017_fixed_k_methods_only_need_per_request_points(hust: pathlib.Path,
+                                                               method: str) -> None:
+    rc, report = run("--vllm-root", str(hust), "--method", method, "--adaptive")
+    assert rc == 0 and report["missing"] == []
+    assert "hust-per-request-k" in report["patches"]
+    assert "hust-per-step-k" not in report["patches"]
+
+
+def test_hust_017_has_no_dflash(hust: pathlib.Path) -> None:
+    rc, report = run("--vllm-root", str(hust), "--method", "dflash")
+    assert rc == 1 and report["missing"] == ["vllm.v1.spec_decode.dflash.DFlashProposer"]
+
+
+# ---------------------------------------------------------------- vLLM-Ascend 0.23.0.post1
+
+def test_ascend_tree_is_detected(ascend: pathlib.Path) -> None:
+    rc, report = run("--ascend-root", str(ascend), "--method", "eagle")
+    assert rc == 0
+    assert report["family"] == "vllm-ascend"
+    host = {h["package"]: h for h in report["hosts"]}["vllm_ascend"]
+    assert (host["distribution"], host["version"]) == ("vllm-ascend", "0.23.0.post1")
+    assert host["root"] == str(ascend / "vllm_ascend")
+
+
+@pytest.mark.parametrize("method", ["draft_model", "eagle", "eagle3", "mtp", "dflash"])
+def test_ascend_023_proposer_takes_no_k(ascend: pathlib.Path, method: str) -> None:
+    rc, report = run("--ascend-root", str(ascend), "--method", method, "--adaptive")
+    assert rc == 1
+    assert report["missing"] == [ASCEND_PROPOSE]
+    check = next(c for c in report["checks"] if c["symbol"] == ASCEND_PROPOSE)
+    assert check["detail"] == "parameter(s) missing: num_speculative_tokens"
+    assert check["file"].endswith("vllm_ascend/spec_decode/llm_base_proposer.py")
+    assert check["line"] == 728
+    present = {c["symbol"] for c in report["checks"] if c["status"] == "OK"}
+    assert "vllm_ascend.worker.model_runner_v1.NPUModelRunner._sample" in present
+    assert "vllm_ascend.worker.worker.NPUWorker.take_draft_token_ids" in present
+
+
+def test_ascend_023_ngram_branches(ascend: pathlib.Path) -> None:
+    rc, report = run("--ascend-root", str(ascend), "--method", "ngram", "--adaptive")
+    assert rc == 1
+    assert report["missing"] == [
+        "vllm_ascend.spec_decode.ngram_proposer.AscendNgramProposer.propose"]
+    (check,) = [c for c in report["checks"] if c["status"] == "MISSING"]
+    assert "of 2 conditional definitions" in check["detail"]
+
+
+def test_ascend_023_fixed_k_is_complete_but_has_no_dspark(ascend: pathlib.Path) -> None:
+    for method in ("draft_model", "eagle", "ngram", "suffix", "medusa", "dflash"):
+        rc, report = run("--ascend-root", str(ascend), "--method", method)
+        assert rc == 0, (method, report["missing"])
+    rc, report = run("--ascend-root", str(ascend), "--method", "dspark")
+    assert rc == 1
+    assert report["missing"] == [
+        "vllm_ascend.spec_decode.dspark_proposer.AscendDSparkProposer"]

@@ -1,0 +1,200 @@
+"""Estimators of the adaptive core: per-position counts, acceptance, step cost, calibration."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from vllm_hust_vspec.adaptive.estimators import (
+    AcceptanceEstimator,
+    ConfidenceCalibrator,
+    StepCostModel,
+    _pav,
+    position_counts,
+    position_counts_arrays,
+)
+from vllm_hust_vspec.adaptive.observations import RequestResult
+
+pytestmark = pytest.mark.unit
+
+
+def _r(d: int, a: int, i: int = 0) -> RequestResult:
+    return RequestResult(f"r{i}", d, a)
+
+
+# ----------------------------------------------------------------------------- counts
+
+
+def test_position_counts_by_hand():
+    res = (_r(3, 1, 0), _r(3, 3, 1), _r(2, 0, 2), _r(0, 0, 3))
+    tried, acc, dsum, asum = position_counts(res, 4)
+    # position 1 reached by every request that drafted >= 1; position 2 by (3,1), (3,3);
+    # position 3 only by (3,3) (the (3,1) request stopped at its rejected position 2)
+    assert tried == [3, 2, 1, 0]
+    assert acc == [2, 1, 1, 0]
+    assert dsum == 8
+    assert asum == 4
+
+
+def test_position_counts_arrays_equal_objects():
+    rng = np.random.default_rng(3)
+    d = rng.integers(0, 7, 300)
+    a = np.array([rng.integers(0, x + 1) for x in d])
+    res = tuple(_r(int(x), int(y), i) for i, (x, y) in enumerate(zip(d, a)))
+    assert position_counts(res, 6) == position_counts_arrays(d, a, 6)
+
+
+def test_position_counts_bad_input():
+    with pytest.raises(ValueError, match="accepted <= drafted"):
+        RequestResult("x", 2, 3)
+    with pytest.raises(ValueError, match="accepted <= drafted"):
+        RequestResult("x", 2, -1)
+    with pytest.raises(ValueError, match="kmax=4"):
+        position_counts((_r(5, 0),), 4)
+    with pytest.raises(ValueError, match="kmax=4"):
+        position_counts_arrays([5], [0], 4)
+    with pytest.raises(ValueError, match="accepted <= drafted"):
+        position_counts_arrays([2], [3], 4)
+    with pytest.raises(ValueError, match="aligned"):
+        position_counts_arrays([2, 1], [1], 4)
+
+
+# ----------------------------------------------------------------------------- acceptance
+
+
+def test_acceptance_prior_and_chain():
+    est = AcceptanceEstimator(4, weight=0.1, prior_mean=0.6, chain_ratio=1.0)
+    assert est.estimate() == pytest.approx((0.6, 0.6, 0.6, 0.6))
+    # data only at position 1: deeper positions inherit its estimate
+    est.update_counts([100, 0, 0, 0], [90, 0, 0, 0])
+    a = est.estimate()
+    assert a[0] == pytest.approx((90 + 2 * 0.6) / (100 + 2))
+    assert a[1] == pytest.approx(a[0]) and a[3] == pytest.approx(a[0])
+    assert est.expected_committed()[2] == pytest.approx(1 + a[0] + a[0] * a[1])
+    # the default shrinks the inherited prior by chain_ratio per position
+    shrunk = AcceptanceEstimator(3, weight=0.1, prior_mean=0.6)
+    assert shrunk.chain_ratio == 0.95
+    assert shrunk.estimate() == pytest.approx((0.6, 0.57, 0.5415))
+
+
+def test_acceptance_converges_to_true_rates():
+    true = np.array([0.9, 0.7, 0.5, 0.3])
+    rng = np.random.default_rng(0)
+    est = AcceptanceEstimator(4, weight=0.02)
+    for _ in range(600):
+        ok = rng.random((64, 4)) < true
+        acc_len = np.where(ok.all(1), 4, np.argmin(ok, axis=1))
+        tried, acc, _, _ = position_counts_arrays(np.full(64, 4), acc_len, 4)
+        est.update_counts(tried, acc)
+    assert np.allclose(est.estimate(), true, atol=0.04)
+    expected = 1 + np.cumsum(np.cumprod(true))
+    assert est.expected_committed()[1:] == pytest.approx(list(expected), rel=0.05)
+
+
+def test_acceptance_decays_back_to_prior_without_data():
+    """K = 0 steps carry no acceptance information: estimates revert to the prior, so a
+    controller at K = 0 is not stuck on an old pessimistic estimate."""
+    est = AcceptanceEstimator(2, weight=0.05, prior_mean=0.6)
+    est.update_counts([1000, 0], [50, 0])
+    assert est.estimate()[0] < 0.1
+    for _ in range(400):
+        est.decay_only()
+    assert est.estimate()[0] == pytest.approx(0.6, abs=0.02)
+
+
+def test_acceptance_bad_args():
+    with pytest.raises(ValueError, match="ewma weight"):
+        AcceptanceEstimator(4, weight=0.0)
+    with pytest.raises(ValueError, match="prior_mean"):
+        AcceptanceEstimator(4, prior_mean=1.5)
+
+
+# ----------------------------------------------------------------------------- step cost
+
+
+def _roofline(b, t, d, bias=3.0, tm=18.0, tt=0.3, dm=1.2, dt=0.05):
+    return bias + max(tm, tt * t) + d * max(dm, dt * b)
+
+
+def test_cost_model_not_ready_and_bad_time():
+    m = StepCostModel()
+    assert not m.ready and m.predict(4, 8, 1) is None and m.predict_uniform(4, [0, 1]) is None
+    with pytest.raises(ValueError, match="step time"):
+        m.add(4, 8, 1, -1.0)
+    with pytest.raises(ValueError, match="step time"):
+        m.add(4, 8, 1, math.nan)
+
+
+def test_cost_model_recovers_roofline_and_extrapolates():
+    rng = np.random.default_rng(1)
+    m = StepCostModel(window=512)
+    # observed: batch sizes 1..32, K 0..4 only
+    for _ in range(400):
+        b = int(rng.integers(1, 33))
+        k = int(rng.integers(0, 5))
+        t = b * (1 + k)
+        m.add(b, t, k, _roofline(b, t, k) * math.exp(rng.normal(0, 0.03)))
+    m.fit()
+    bias, ct, cd = m.coef
+    assert ct == pytest.approx(0.3, rel=0.1)
+    assert cd == pytest.approx(0.05, rel=0.2)
+    # extrapolate to K = 8 at batch 48 (never seen): within 8 %
+    pred = m.predict_uniform(48, [8])[0]
+    assert pred == pytest.approx(_roofline(48, 48 * 9, 8), rel=0.08)
+    # memory-bound corner: batch 1, K = 0
+    assert m.predict(1, 1, 0) == pytest.approx(_roofline(1, 1, 0), rel=0.1)
+
+
+def test_cost_model_cell_correction_follows_measurements():
+    m = StepCostModel()
+    for k in (0, 2, 4):
+        for _ in range(4):
+            m.add(8, 8 * (1 + k), k, _roofline(8, 8 * (1 + k), k))
+    # K=1 at batch 8 measures 30 % slower than any roofline would say
+    for _ in range(20):
+        m.add(8, 16, 1, 1.3 * _roofline(8, 16, 1))
+    m.fit()
+    pred = m.predict_uniform(8, [1])[0]
+    assert pred == pytest.approx(1.3 * _roofline(8, 16, 1), rel=0.1)
+
+
+def test_cost_model_learns_draft_min_steps():
+    m = StepCostModel()
+    m.draft_min_steps = 1
+    for k in (0, 1, 2, 3):
+        for _ in range(3):
+            d = max(k, 1)
+            m.add(4, 4 * (1 + k), d, _roofline(4, 4 * (1 + k), d))
+    c0, c1 = m.predict_uniform(4, [0, 1])
+    assert c0 == pytest.approx(_roofline(4, 4, 1), rel=0.05)
+    assert c1 > c0
+
+
+# ----------------------------------------------------------------------------- calibration
+
+
+def test_pav_monotone():
+    assert _pav([0.1, 0.5, 0.3, 0.9], [1, 1, 1, 1]) == pytest.approx([0.1, 0.4, 0.4, 0.9])
+    assert _pav([0.5, 0.1], [3, 1]) == pytest.approx([0.4, 0.4])
+
+
+def test_calibration_learns_map():
+    rng = np.random.default_rng(2)
+    cal = ConfidenceCalibrator(bins=10, weight=0.002, max_requests=64)
+    for _ in range(300):
+        conf = rng.random((64, 4))
+        ok = rng.random((64, 4)) < conf**2  # over-confident drafter
+        acc = np.where(ok.all(1), 4, np.argmin(ok, axis=1))
+        cal.update(
+            tuple(
+                RequestResult(f"r{i}", 4, int(acc[i]), 0, tuple(conf[i].tolist()))
+                for i in range(64)
+            )
+        )
+    table = cal.table()
+    assert all(x <= y + 1e-12 for x, y in zip(table, table[1:]))
+    assert cal.calibrate(0.95) == pytest.approx(0.95**2, abs=0.08)
+    assert cal.calibrate(0.35) == pytest.approx(0.35**2, abs=0.08)
+    assert cal.calibrate(-1.0) == table[0] and cal.calibrate(2.0) == table[-1]

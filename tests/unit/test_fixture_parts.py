@@ -1,0 +1,115 @@
+"""Pure parts of the fixture builder: widening keeps the function, MiMo layout, params, prompts."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.unit
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "scripts"))
+
+from fixtures import convert as CV  # noqa: E402
+from fixtures import params as P  # noqa: E402
+from fixtures import prompts as PR  # noqa: E402
+from fixtures import store  # noqa: E402
+
+
+def _mlp_state(hidden: int = 8, inter: int = 12):
+    import torch
+
+    g = torch.Generator().manual_seed(0)
+    return {
+        "model.layers.0.mlp.gate_proj.weight": torch.randn(inter, hidden, generator=g),
+        "model.layers.0.mlp.up_proj.weight": torch.randn(inter, hidden, generator=g),
+        "model.layers.0.mlp.down_proj.weight": torch.randn(hidden, inter, generator=g),
+        "model.layers.0.self_attn.q_proj.weight": torch.randn(hidden, hidden, generator=g),
+        "model.layers.0.self_attn.k_proj.weight": torch.randn(4, hidden, generator=g),
+        "model.layers.0.self_attn.v_proj.weight": torch.randn(4, hidden, generator=g),
+    }
+
+
+def _mlp(state, x):
+    import torch.nn.functional as F
+
+    g, u, d = (state[f"model.layers.0.mlp.{n}_proj.weight"] for n in ("gate", "up", "down"))
+    return (F.silu(x @ g.T) * (x @ u.T)) @ d.T
+
+
+def test_widen_mlps_keeps_the_function() -> None:
+    import torch
+
+    state = _mlp_state()
+    wide = CV.widen_mlps(state, 40)
+    assert wide["model.layers.0.mlp.gate_proj.weight"].shape == (40, 8)
+    assert wide["model.layers.0.mlp.down_proj.weight"].shape == (8, 40)
+    assert torch.equal(wide["model.layers.0.self_attn.q_proj.weight"], state["model.layers.0.self_attn.q_proj.weight"])
+    x = torch.randn(5, 8, generator=torch.Generator().manual_seed(1))
+    torch.testing.assert_close(_mlp(wide, x), _mlp(state, x), atol=1e-5, rtol=1e-6)
+    assert CV.num_params(wide) > CV.num_params(state)
+
+
+def test_widen_mlps_refuses_to_narrow() -> None:
+    with pytest.raises(ValueError, match="gate_proj.*cannot narrow 12 -> 10"):
+        CV.widen_mlps(_mlp_state(), 10)
+
+
+def test_llama_to_mimo_adds_zero_qkv_biases_and_the_mtp_layer() -> None:
+    import torch
+
+    state = _mlp_state()
+    mtp = {"model.mtp_layers.0.input_proj.weight": torch.ones(8, 16)}
+    out = CV.llama_to_mimo(state, mtp)
+    for proj, rows in (("q", 8), ("k", 4), ("v", 4)):
+        bias = out[f"model.layers.0.self_attn.{proj}_proj.bias"]
+        assert bias.shape == (rows,) and not bias.any()
+    assert "model.layers.0.self_attn.o_proj.bias" not in out
+    assert torch.equal(out["model.mtp_layers.0.input_proj.weight"], mtp["model.mtp_layers.0.input_proj.weight"])
+    with pytest.raises(ValueError, match="collides"):
+        CV.llama_to_mimo(state, {"model.layers.0.mlp.up_proj.weight": torch.ones(1)})
+
+
+def test_params_budgets_and_hash() -> None:
+    full, quick = P.BuildParams(), P.BuildParams(scale=P.QUICK_SCALE)
+    assert full.target_steps == P.FULL_TARGET_STEPS and full.head_steps == P.FULL_HEAD_STEPS
+    assert quick.target_steps < full.target_steps
+    assert P.BuildParams(scale=1e-6).target_steps == 1
+    assert P.build_hash(full) == P.build_hash(P.BuildParams())
+    assert len({P.build_hash(p) for p in (full, quick, P.BuildParams(seed=1), P.BuildParams(measure_mal=False),
+                                          P.BuildParams(large_intermediate=8192))}) == 5
+    with pytest.raises(ValueError, match="--scale"):
+        P.BuildParams(scale=0)
+    assert P.BUILDER_SCRIPT in P.source_files() and len(P.source_files()) > 5
+
+
+def test_prompt_sets_format(tmp_path: pathlib.Path) -> None:
+    valid = ["\n".join(f"x_{i} = {i} + value_{i}" for i in range(80))]
+    prose = ["word " * 80 + f"end{i}" for i in range(40)]
+    sets = PR.build(valid, prose, ["ab", "cd", "ef"], "alpha beta gamma delta_epsilon", seed=3)
+    assert sets == PR.build(valid, prose, ["ab", "cd", "ef"], "alpha beta gamma delta_epsilon", seed=3)
+    PR.write(sets, tmp_path)
+    for name in ("code", "prose", "hard"):
+        rows = PR.read(tmp_path / f"{name}.jsonl")
+        assert len(rows) == PR.N_PROMPTS
+        assert all(r["output_tokens"] == PR.OUTPUT_TOKENS[name] for r in rows)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"prompt": "x"}) + "\n")
+    with pytest.raises(ValueError, match=r"bad.jsonl:1: need"):
+        PR.read(bad)
+
+
+def test_store_publish_and_current(tmp_path: pathlib.Path) -> None:
+    tmp = store.temp_dir(tmp_path, "abc")
+    (tmp / store.MANIFEST).write_text("{}")
+    final = tmp_path / "abc"
+    store.publish(tmp, final)
+    assert store.is_complete(final) and not tmp.exists()
+    link = store.point_current(tmp_path, final)
+    assert link.is_symlink() and link.resolve() == final.resolve()
+    other = tmp_path / "def"
+    other.mkdir()
+    store.point_current(tmp_path, other)
+    assert (tmp_path / "current").resolve() == other.resolve()

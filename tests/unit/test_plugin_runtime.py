@@ -1,0 +1,190 @@
+"""Pure parts of the plugin runtime: capture sizes, guards, settings -> controller,
+recorder treatment and cost fit, trace files, process roles.  No vLLM import."""
+
+from __future__ import annotations
+
+import json
+import sys
+import types
+
+import numpy as np
+import pytest
+
+from vllm_hust_vspec.adaptive.simulate import read_trace, run_fixed
+from vllm_hust_vspec.host.detect import process_label, process_roles
+from vllm_hust_vspec.runtime.capture import verify_capture_sizes
+from vllm_hust_vspec.runtime.controller_factory import controller_config, is_fixed_at
+from vllm_hust_vspec.runtime.decision_trace import DecisionTrace, trace_path
+from vllm_hust_vspec.runtime.recorder import TraceRecorder, accept_lengths, fit_cost
+from vllm_hust_vspec.runtime.specconfig import prepare_speculative_config
+from vllm_hust_vspec.settings import Settings, SettingsError
+
+pytestmark = pytest.mark.unit
+
+
+def test_no_vllm_imported():
+    assert "vllm" not in sys.modules
+
+
+# --------------------------------------------------------------------------- capture sizes
+
+def test_capture_sizes_cover_every_width():
+    sizes = verify_capture_sizes(kmax=3, max_num_seqs=4, policy="exact")
+    assert sizes == sorted({n * (k + 1) for k in (1, 2, 3) for n in (1, 2, 3, 4)})
+    assert verify_capture_sizes(2, 8, policy="steady") == [16, 24]
+    assert verify_capture_sizes(1, 8, policy="power2") == [2, 4, 8, 16]
+    assert verify_capture_sizes(2, 16, policy="auto") == [2, 3, 4, 6, 8, 12, 16, 24, 32, 48]
+    assert max(verify_capture_sizes(4, 256, limit=512)) <= 512
+    with pytest.raises(ValueError, match="capture policy 'bogus'"):
+        verify_capture_sizes(2, 4, policy="bogus")
+
+
+# --------------------------------------------------------------------------- guards
+
+def _spec(method="draft_model", k=4, table=None):
+    return types.SimpleNamespace(method=method, num_speculative_tokens=k,
+                                 num_speculative_tokens_per_batch_size=table)
+
+
+def test_dynamic_sd_turned_on():
+    cfg = _spec()
+    prepare_speculative_config(cfg, Settings())
+    assert cfg.num_speculative_tokens_per_batch_size == [(1, 1, 4)]
+    own = [(1, 4, 3), (5, 64, 1)]
+    cfg = _spec(table=own)
+    prepare_speculative_config(cfg, Settings())
+    assert cfg.num_speculative_tokens_per_batch_size is own
+
+
+@pytest.mark.parametrize("method", ["suffix", "medusa", "ngram_gpu"])
+def test_fixed_k_methods_keep_static_k(method):
+    cfg = _spec(method)
+    prepare_speculative_config(cfg, Settings())
+    assert cfg.num_speculative_tokens_per_batch_size is None
+
+
+def test_refusals_name_the_problem():
+    with pytest.raises(SettingsError, match="custom_class.*cannot be made adaptive"):
+        prepare_speculative_config(_spec("custom_class"), Settings())
+    with pytest.raises(SettingsError, match="adaptive_fixed_gamma=6 exceeds Kmax = 4"):
+        prepare_speculative_config(_spec(), Settings({"adaptive_policy": "fixed",
+                                                      "adaptive_fixed_gamma": 6}))
+    with pytest.raises(SettingsError, match="data_parallel_size=2"):
+        prepare_speculative_config(_spec(), Settings(), data_parallel_size=2)
+
+
+def test_data_parallel_keeps_one_k():
+    cfg = _spec()
+    prepare_speculative_config(cfg, Settings({"adaptive_policy": "fixed"}), data_parallel_size=2)
+    assert cfg.num_speculative_tokens_per_batch_size is None  # the host would drop it anyway
+
+
+# --------------------------------------------------------------------------- controller config
+
+def test_settings_map_to_controller_config():
+    s = Settings({"adaptive_policy": "sweep", "adaptive_sweep": (0, 2, 4),
+                  "adaptive_min_gamma": 0, "adaptive_hysteresis": 0.1,
+                  "adaptive_online_exploration": 0.3, "adaptive_online_window": 64})
+    cfg = controller_config(s, kmax=4)
+    assert (cfg.policy, cfg.sweep, cfg.hysteresis, cfg.exploration, cfg.window) == (
+        "sweep", (0, 2, 4), 0.1, 0.3, 64)
+    fixed = controller_config(Settings({"adaptive_policy": "fixed"}), kmax=3)
+    assert is_fixed_at(fixed, 3) and not is_fixed_at(fixed, 2)
+    assert is_fixed_at(controller_config(Settings({"adaptive_speculation": False}), 5), 5)
+    sched = controller_config(Settings({"adaptive_policy": "schedule"}), 4,
+                              host_table=[(1, 4, 4), (5, 32, 2)])
+    assert sched.schedule == "1-4:4,5-32:2"
+    with pytest.raises(SettingsError, match="needs adaptive_schedule"):
+        controller_config(Settings({"adaptive_policy": "schedule"}), 4)
+
+
+# --------------------------------------------------------------------------- recorder
+
+def test_accept_lengths_treatment():
+    # prefill at 0 (non-drafted), accepted 2 at 1, miss at 4, accepted 3 at 5 past the end
+    events = [(0, 0), (1, 2), (4, 0), (5, 3)]
+    assert accept_lengths(events, 7) == [0, 2, 1, 0, 0, 3, 2]
+
+
+def test_fit_cost_recovers_the_model():
+    rng = np.random.default_rng(0)
+    samples = []
+    for _ in range(200):
+        b = int(rng.integers(1, 9))
+        k = int(rng.integers(0, 5))
+        t = b * (1 + k)
+        ms = 2.0 + 0.5 * t + 0.25 * max(k, 1) * b
+        samples.append((b, k, t, ms))
+    cost = fit_cost(samples, draft_min_steps=1)
+    assert cost["bias_ms"] == pytest.approx(2.0, abs=1e-6)
+    assert cost["target_token_ms"] == pytest.approx(0.5, abs=1e-6)
+    assert cost["draft_token_ms"] == pytest.approx(0.25, abs=1e-6)
+    assert cost["noise"] == pytest.approx(0.0, abs=1e-6)
+    assert fit_cost([], 1)["bias_ms"] == 0.0
+
+
+def test_recorder_file_replays_at_fixed_kmax(tmp_path):
+    path = tmp_path / "rec.jsonl"
+    rec = TraceRecorder(str(path), kmax=3, max_num_seqs=4, draft_min_steps=1)
+    events = {"a": [(0, 0), (1, 3), (5, 1), (7, 2)], "b": [(0, 0), (1, 0), (2, 2)]}
+    lengths = {"a": 10, "b": 4}
+    for rid, evs in events.items():
+        for t, a in evs:
+            rec.on_step(rid, 100.0, t, a)
+            rec.step_sample(2, 3, 8, 10.0 + a)
+    rec.finish("a", lengths["a"])
+    first_header = path.read_text().splitlines()[0]
+    rec.finish("b", lengths["b"])
+    rec.close()
+    lines = path.read_text().splitlines()
+    assert len(lines) == 3 and len(lines[0]) == len(first_header)
+    trace = read_trace(path)
+    assert trace.header.kmax == 3 and trace.header.cost.draft_min_steps == 1
+    accepted = []
+    result = _replay(trace, 3, accepted)
+    assert result.tokens == sum(lengths.values())
+    assert sum(accepted) == sum(a for evs in events.values() for _, a in evs)
+
+
+def _replay(trace, k, sink):
+    from vllm_hust_vspec.adaptive.simulate import run_trace
+
+    def select(_s, running, _t):
+        return np.full(len(running), k, dtype=np.int64)
+
+    def feedback(_s, _r, _t, _ki, accepted, _ms, _k):
+        sink.extend(int(a) for a in accepted)
+
+    return run_trace(trace, select, 0, "replay", feedback=feedback)
+
+
+def test_fixed_replay_helper_agrees(tmp_path):
+    path = tmp_path / "rec.jsonl"
+    rec = TraceRecorder(str(path), kmax=2, max_num_seqs=2, draft_min_steps=0)
+    rec.on_step("x", 1.0, 0, 0)
+    rec.on_step("x", 1.0, 1, 2)
+    rec.step_sample(1, 2, 3, 5.0)
+    rec.finish("x", 4)
+    rec.close()
+    assert run_fixed(read_trace(path), 2, 0).tokens == 4
+
+
+# --------------------------------------------------------------------------- trace + roles
+
+def test_trace_path_and_append(tmp_path):
+    assert trace_path(Settings()) is None
+    assert trace_path(Settings({"adaptive_trace": True}), pid=42).endswith("vspec-decisions-42.jsonl")
+    p = tmp_path / "t.jsonl"
+    assert trace_path(Settings({"adaptive_trace_file": str(p)})) == str(p)
+    for _ in range(2):
+        t = DecisionTrace(str(p))
+        t.write({"step": 1})
+        t.close()
+    assert [json.loads(x) for x in p.read_text().splitlines()] == [{"step": 1}, {"step": 1}]
+
+
+def test_process_roles():
+    assert process_roles("EngineCore_DP0") == ("engine", "worker")
+    assert process_roles("VllmWorker-1") == ("worker",)
+    assert process_roles("MainProcess") == ("frontend", "engine", "worker")
+    assert process_label("EngineCore") == "engine"

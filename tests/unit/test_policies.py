@@ -1,0 +1,219 @@
+"""Each policy of the adaptive core, the registry and the per-request stop."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from vllm_hust_vspec.adaptive import BatchView, Controller, ControllerConfig, Decision
+from vllm_hust_vspec.adaptive.policies import make_policy, policy_names, register_policy
+from vllm_hust_vspec.adaptive.policies.base import Policy
+from vllm_hust_vspec.adaptive.policies.online import OnlinePolicy
+from vllm_hust_vspec.adaptive.policies.schedule import SchedulePolicy
+from vllm_hust_vspec.adaptive.policies.stop import StopRule
+
+pytestmark = pytest.mark.unit
+
+
+def _view(n: int, step: int = 0, conf=None) -> BatchView:
+    return BatchView(step, tuple(f"r{i}" for i in range(n)), None, conf)
+
+
+def _ctl(policy: str, kmax: int = 4, **kw) -> Controller:
+    return Controller(ControllerConfig(kmax=kmax, policy=policy, **kw))
+
+
+# ----------------------------------------------------------------------------- registry
+
+
+def test_registry_names_and_unknown():
+    names = policy_names()
+    for n in ("fixed", "schedule", "online", "sweep"):
+        assert n in names
+    with pytest.raises(ValueError) as exc:
+        make_policy("nonsense", 4)
+    msg = str(exc.value)
+    assert "unknown policy 'nonsense'" in msg and "fixed" in msg and "online" in msg
+
+
+def test_register_policy_custom_and_duplicate():
+    class Two(Policy):
+        name = "two-test"
+
+        def decide(self, batch, ctx):
+            return Decision(2, None, self.name, "two", ctx.acceptance.estimate(), None)
+
+    def factory(arg, kmax, cfg):
+        return Two()
+
+    register_policy("two-test", factory)
+    register_policy("two-test", factory)  # same factory again: idempotent
+    with pytest.raises(ValueError, match="already registered"):
+        register_policy("two-test", lambda a, k, c: Two())
+    assert _ctl("two-test").decide(_view(3)).k == 2
+
+
+# ----------------------------------------------------------------------------- fixed
+
+
+def test_fixed_policy_and_errors():
+    c = _ctl("fixed:3")
+    d = c.decide(_view(5))
+    assert (d.k, d.k_i, d.policy) == (3, None, "fixed")
+    assert _ctl("fixed", fixed_gamma=1).decide(_view(2)).k == 1
+    assert _ctl("fixed").decide(_view(2)).k == 4  # default: Kmax
+    with pytest.raises(ValueError, match=r"K=5 is out of range \[0, 4\]"):
+        _ctl("fixed:5")
+    with pytest.raises(ValueError, match=r"K=0 is out of range \[1, 4\]"):
+        _ctl("fixed:0", min_gamma=1)
+    with pytest.raises(ValueError, match="expected an integer K, got 'x'"):
+        _ctl("fixed:x")
+
+
+# ----------------------------------------------------------------------------- schedule
+
+
+def test_schedule_matches_vllm_lookup():
+    # Expected values from vLLM 0.32 build_dynamic_sd_schedule_lookup(
+    #   [(1, 4, 4), (8, 16, 2), (20, 24, 0)], max_num_seqs=40, num_speculative_tokens=4):
+    # gaps carry the previous K forward, the tail keeps the last K.
+    vllm = [4, 4, 4, 4, 4, 4, 4, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0] + [0] * 15
+    pol = SchedulePolicy("1-4:4,8-16:2,20-24:0", kmax=4)
+    assert [pol.lookup(b) for b in range(1, 41)] == vllm
+    assert pol.lookup(1000) == 0
+    # a single number is a one-element range; entries may come unsorted
+    pol2 = SchedulePolicy("2:1,1:3", kmax=4)
+    assert [pol2.lookup(b) for b in range(1, 7)] == [3, 1, 1, 1, 1, 1]
+    c = _ctl("schedule:1-4:4,5-32:2")
+    assert c.decide(_view(4)).k == 4 and c.decide(_view(5)).k == 2
+    assert "B=5 -> k=2" in c.decide(_view(5)).reason
+
+
+def test_schedule_min_gamma_and_config_field():
+    c = _ctl("schedule", schedule="1-2:3,3-8:0", min_gamma=1)
+    assert c.decide(_view(2)).k == 3 and c.decide(_view(7)).k == 1
+
+
+@pytest.mark.parametrize(
+    "table, match",
+    [
+        ("2-4:2", "must start at batch size 1"),
+        ("1-4:2,3-8:1", "overlaps"),
+        ("1-4:9", r"K=9 for batch sizes 1-4 is out of range \[0, 4\]"),
+        ("1-4", "bad entry '1-4'"),
+        ("1-x:2", "bad entry '1-x:2'"),
+        ("4-1:2", "bad batch-size range 4-1"),
+        (" , ", "empty table"),
+    ],
+)
+def test_schedule_bad_tables(table, match):
+    with pytest.raises(ValueError, match=match):
+        _ctl(f"schedule:{table}")
+
+
+def test_schedule_needs_table():
+    with pytest.raises(ValueError, match="needs a table"):
+        _ctl("schedule")
+
+
+# ----------------------------------------------------------------------------- sweep
+
+
+def test_sweep_cycles_and_varies_k_i():
+    c = _ctl("sweep:0,2,4")
+    ks = []
+    for n in range(6):
+        d = c.decide(_view(6, n))
+        ks.append(d.k)
+        assert d.k_i["r0"] == d.k
+        assert max(d.k_i.values()) == d.k
+        for i in range(1, 6):
+            assert d.k_i[f"r{i}"] == (n + i) % (d.k + 1)
+    assert ks == [0, 2, 4, 0, 2, 4]
+    assert [_ctl("sweep", kmax=2).decide(_view(1)).k for _ in range(1)] == [0]
+    c2 = _ctl("sweep", kmax=2)
+    assert [c2.decide(_view(1)).k for _ in range(4)] == [0, 1, 2, 0]
+
+
+def test_sweep_errors_and_min_gamma():
+    with pytest.raises(ValueError, match=r"K=7 is out of range \[0, 4\]"):
+        _ctl("sweep:1,7")
+    with pytest.raises(ValueError, match="expected an integer K"):
+        _ctl("sweep:1,a")
+    c = _ctl("sweep:2", min_gamma=1)
+    d = c.decide(_view(5))
+    assert min(d.k_i.values()) >= 1
+
+
+# ----------------------------------------------------------------------------- online
+
+
+def test_online_warmup_order_and_probes():
+    c = _ctl("online", kmax=4, warmup_samples=2)
+    ks = [c.decide(_view(1, s)).k for s in range(6)]
+    assert ks == [4, 0, 2, 4, 0, 2]  # Kmax, min, middle, twice
+    pol = OnlinePolicy(8, 0)
+    assert pol.revisit_window(0.02) == 50 * 9
+    assert pol.revisit_window(0.0) is None
+
+
+def test_online_partial_probe_above_held():
+    c = _ctl("online", kmax=4, warmup_samples=1, start_gamma=1)
+    d = c.decide(_view(8))  # first warm-up probe: K=4 above the held K=1
+    assert d.k == 4
+    assert sorted(d.k_i.values()) == [1] * 6 + [4] * 2  # a quarter of the batch
+    assert "on 2/8" in d.reason
+
+
+def test_online_bad_start():
+    with pytest.raises(ValueError, match=r"start K=9 is out of range \[0, 4\]"):
+        _ctl("online:9")
+
+
+# ----------------------------------------------------------------------------- stop
+
+
+def _fill_acceptance(c: Controller, rates):
+    c.acceptance.tried = [1e6] * len(rates)
+    c.acceptance.accepted = [1e6 * r for r in rates]
+    c.acceptance._est = None
+    c.acceptance._expected = None
+
+
+def test_stop_survival_uniform_cut():
+    c = _ctl("fixed:4", stop="survival", stop_threshold=0.3)
+    _fill_acceptance(c, [0.9, 0.6, 0.5, 0.5])  # survival 0.9, 0.54, 0.27, 0.135
+    d = c.decide(_view(3))
+    assert d.k == 2 and d.k_i is None
+    assert "stop survival" in d.reason
+
+
+def test_stop_confidence_per_request_mapping_and_array():
+    conf = {"r0": [0.9, 0.8, 0.2, 0.9], "r1": [0.1, 0.9, 0.9, 0.9], "r2": [0.9, 0.9, 0.9, 0.9]}
+    c = _ctl("fixed:4", stop="confidence", stop_threshold=0.5)
+    d = c.decide(_view(4, conf=conf))  # r3 has no confidences: keeps K
+    assert d.k_i == {"r0": 2, "r1": 0, "r2": 4, "r3": 4} and d.k == 4
+    arr = np.array([conf["r0"], conf["r1"], conf["r2"]])
+    d2 = _ctl("fixed:3", stop="confidence", stop_threshold=0.5).decide(_view(3, conf=arr))
+    assert d2.k_i == {"r0": 2, "r1": 0, "r2": 3} and d2.k == 3
+
+
+def test_stop_survival_with_calibrated_confidences():
+    c = _ctl("fixed:4", stop="survival", stop_threshold=0.5)
+    # fresh calibrator: table = bin centres, so confidence 0.95 -> 0.95, 0.75 -> 0.75
+    arr = np.array([[0.95, 0.95, 0.95, 0.95], [0.75, 0.75, 0.95, 0.95]])
+    d = c.decide(_view(2, conf=arr))
+    # r0: 0.95^k >= 0.5 for k <= 4 (0.8145); r1: 0.75, 0.5625, 0.534, 0.507
+    assert d.k_i == {"r0": 4, "r1": 4}
+    c2 = _ctl("fixed:4", stop="survival", stop_threshold=0.55)
+    assert c2.decide(_view(2, conf=arr)).k_i == {"r0": 4, "r1": 2}
+
+
+def test_stop_respects_min_gamma_and_errors():
+    c = _ctl("fixed:3", stop="confidence", stop_threshold=0.9, min_gamma=1)
+    d = c.decide(_view(2, conf=np.zeros((2, 3))))
+    assert d.k == 1 and set(d.k_i.values()) == {1}
+    with pytest.raises(ValueError, match="stop mode 'sometimes' unknown"):
+        StopRule("sometimes", 0.1)
+    with pytest.raises(ValueError, match="3 rows for 2 requests"):
+        _ctl("fixed:3", stop="confidence").decide(_view(2, conf=np.zeros((3, 3))))
