@@ -221,8 +221,11 @@ class Controller:
             self.acceptance.update_counts(tried, acc)
         else:
             self.acceptance.decay_only()
-        if self._want_calibration and res and res[0].confidences is not None:
-            self.calibration.update(res)
+        if self._want_calibration:
+            if result.confidences is not None and result.drafted is not None:
+                self.calibration.update_arrays(result.confidences, result.drafted, result.accepted)
+            elif res and res[0].confidences is not None:
+                self.calibration.update(res)
         b = result.batch_size
         ms = result.wall_ms
         if ms is not None and b > 0:

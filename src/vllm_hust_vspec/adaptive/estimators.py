@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from itertools import chain
+from operator import attrgetter
 
 import numpy as np
 
@@ -499,8 +501,9 @@ class ConfidenceCalibrator:
 
     Counts per bin are decayed by ``1 - weight`` per update; an empty bin falls back to the
     confidence itself (prior strength ``prior_strength``).  The map is made non-decreasing
-    with pool-adjacent-violators after each update.  ``max_requests`` bounds the work per
-    step (a rotating subset of the batch is used).
+    with pool-adjacent-violators after each update (only when it is not already).
+    ``max_requests`` bounds the work per step (a rotating subset of the batch is used).
+    Updates are vectorised (one ``bincount`` per step over the subset's reached positions).
     """
 
     def __init__(
@@ -516,12 +519,13 @@ class ConfidenceCalibrator:
         self.decay = 1.0 - weight
         self.prior_strength = prior_strength
         self.max_requests = max_requests
-        self.tried = [0.0] * bins
-        self.accepted = [0.0] * bins
+        self.tried = np.zeros(bins)
+        self.accepted = np.zeros(bins)
         self.samples = 0
         self._offset = 0
-        self._table: list[float] = [(i + 0.5) / bins for i in range(bins)]
-        self._array = np.array(self._table)
+        self._prior = (np.arange(bins) + 0.5) / bins * prior_strength
+        self._array = (np.arange(bins) + 0.5) / bins
+        self._table: list[float] = self._array.tolist()
 
     def _bin(self, c: float) -> int:
         i = int(c * self.bins)
@@ -535,38 +539,79 @@ class ConfidenceCalibrator:
             self.accepted[i] += 1.0
         self.samples += 1
 
+    def _subset(self, n: int) -> tuple[int, int]:
+        start = self._offset % n
+        take = min(n, self.max_requests)
+        self._offset += take
+        return start, take
+
     def update(self, results: Sequence[RequestResult]) -> None:
         """Decay, then learn from the results that carry confidences."""
         n = len(results)
         if n == 0:
             return
+        start, take = self._subset(n)
+        sub = results[start : start + take]
+        if len(sub) < take:
+            sub = tuple(sub) + tuple(results[: take - len(sub)])
+        confs = [x.confidences or () for x in sub]
+        lens = np.fromiter(map(len, confs), np.int64, take)
+        total = int(lens.sum())
+        if total == 0:
+            self._learn(None, None, None)
+            return
+        flat = np.fromiter(chain.from_iterable(confs), float, total)
+        drafted = np.fromiter(map(_DRAFTED, sub), np.int64, take)
+        accepted = np.fromiter(map(_ACCEPTED, sub), np.int64, take)
+        ends = np.cumsum(lens)
+        pos = np.arange(total) - np.repeat(ends - lens, lens)
+        reach = np.repeat(np.minimum(np.minimum(drafted, accepted + 1), lens), lens)
+        acc = np.repeat(accepted, lens)
+        self._learn(flat, pos < reach, pos < np.minimum(acc, reach))
+
+    def update_arrays(self, confidences, drafted, accepted) -> None:
+        """:meth:`update` from aligned arrays: ``confidences`` of shape (batch, width) (the
+        verified drafts' confidences, padding ignored), ``drafted`` and ``accepted`` 1-D."""
+        conf = np.asarray(confidences, dtype=float)
+        n = len(conf)
+        if n == 0:
+            return
+        if conf.ndim != 2:
+            raise ValueError(f"confidences must be a 2-D (batch, width) array, got shape {conf.shape}")
+        start, take = self._subset(n)
+        rows = np.arange(start, start + take)
+        if start + take > n:
+            rows %= n
+        conf = conf[rows]
+        d = np.asarray(drafted)[rows]
+        a = np.asarray(accepted)[rows]
+        pos = np.arange(conf.shape[1])
+        reach = np.minimum(d, a + 1)[:, None]
+        self._learn(conf, pos < reach, pos < np.minimum(a, reach[:, 0])[:, None])
+
+    def _learn(self, conf, reached, accepted) -> None:
+        """Decay, add the reached positions' bins, refresh the table."""
         d = self.decay
-        for i in range(self.bins):
-            self.tried[i] *= d
-            self.accepted[i] *= d
-        start = self._offset % n
-        take = min(n, self.max_requests)
-        self._offset += take
-        for idx in range(start, start + take):
-            x = results[idx % n]
-            conf = x.confidences
-            if not conf:
-                continue
-            a = x.accepted
-            reach = min(x.drafted, a + 1, len(conf))
-            for j in range(reach):
-                self.add(conf[j], j < a)
+        self.tried *= d
+        self.accepted *= d
+        if conf is not None:
+            bins = self.bins
+            b = (conf * bins).astype(np.int64)
+            np.clip(b, 0, bins - 1, out=b)
+            self.tried += np.bincount(b[reached], minlength=bins)
+            self.accepted += np.bincount(b[accepted], minlength=bins)
+            self.samples += int(np.count_nonzero(reached))
         self._refresh()
 
     def _refresh(self) -> None:
         w = self.prior_strength
-        raw = [
-            (self.accepted[i] + w * (i + 0.5) / self.bins) / (self.tried[i] + w)
-            for i in range(self.bins)
-        ]
-        weights = [self.tried[i] + w for i in range(self.bins)]
-        self._table = _pav(raw, weights)
-        self._array = np.array(self._table)
+        raw = (self.accepted + self._prior) / (self.tried + w)
+        if (raw[1:] >= raw[:-1]).all():
+            self._array = raw
+            self._table = raw.tolist()
+        else:
+            self._table = _pav(raw.tolist(), (self.tried + w).tolist())
+            self._array = np.array(self._table)
 
     def calibrate(self, confidence: float) -> float:
         """Estimated acceptance probability of a draft token with this confidence."""
@@ -579,6 +624,10 @@ class ConfidenceCalibrator:
         """The calibration table as a numpy array (read-only; bin i covers
         [i/bins, (i+1)/bins))."""
         return self._array
+
+
+_DRAFTED = attrgetter("drafted")
+_ACCEPTED = attrgetter("accepted")
 
 
 def _pav(values: Sequence[float], weights: Sequence[float]) -> list[float]:

@@ -19,7 +19,8 @@ Extensions (backward compatible):
   * ``StepResult.drafted`` / ``StepResult.accepted``: aligned 1-D integer arrays (numpy or
     sequences) of every request's drafted / accepted counts.  When both are given the
     controller counts from them (numpy) and ``results`` may be empty; this saves building
-    one :class:`RequestResult` per request (``results`` are still needed for confidences).
+    one :class:`RequestResult` per request.  ``StepResult.confidences`` (2-D, (batch, width))
+    then carries the verified drafts' confidences for the calibration.
   * ``BatchView.confidences`` may also be a 2-D numpy array of shape ``(batch, width)``
     aligned with ``req_ids`` (rows padded with 0.0); this avoids building a dict per step.
 """
@@ -66,6 +67,9 @@ class StepResult:
     # drafted / accepted counts, used instead of ``results`` when given
     drafted: Any = None
     accepted: Any = None
+    # with the fast path: the verified drafts' confidences, a 2-D array (batch, width)
+    # aligned with ``drafted`` (positions past a request's ``drafted`` are ignored)
+    confidences: Any = None
 
 
 @dataclass(frozen=True, slots=True)

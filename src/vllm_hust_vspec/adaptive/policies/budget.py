@@ -66,32 +66,36 @@ class BudgetPolicy(Policy):
         self.candidates = list(range(min_gamma, kmax + 1))
         self.n = 0
         self._pos_cache: dict[int, np.ndarray] = {}
+        self._draft_cache: dict[int, np.ndarray] = {}
+        self._caps = np.arange(kmax + 1)
 
     # ------------------------------------------------------------------ helpers
-    def _survival(self, batch: BatchView, ctx: PolicyContext) -> tuple[np.ndarray, bool]:
-        """Survival per (position, request), shape (kmax, B) (position-major for speed), and
-        whether confidences were used."""
+    def _survival(self, batch: BatchView, ctx: PolicyContext) -> np.ndarray:
+        """Survival per (position, request), shape (kmax, B) (position-major for speed), from
+        the calibrated confidences (the estimated acceptance where a request has none)."""
         b = len(batch.req_ids)
         kmax = self.kmax
-        est = np.asarray(ctx.acceptance.estimate(), dtype=float)
         conf = batch.confidences
-        if conf is None or kmax == 0:
-            return np.repeat(np.cumprod(est)[:, None], b, axis=1), False
-        raw = conf if isinstance(conf, np.ndarray) else _rows_from_mapping(conf, batch.req_ids, kmax)
-        if raw.ndim != 2 or raw.shape[0] != b:
-            raise ValueError(f"policy 'budget': confidences of shape {raw.shape} for a batch of {b}")
-        width = min(raw.shape[1], kmax)
-        table = np.asarray(ctx.calibration.table())
-        given = np.ascontiguousarray(raw[:, :width].T, dtype=float)
+        table = ctx.calibration.table_array()
+        nb = len(table)
         if isinstance(conf, np.ndarray):
-            c = table[_bins(given, len(table))]
+            if conf.ndim != 2 or conf.shape[0] != b:
+                raise ValueError(f"policy 'budget': confidences of shape {conf.shape} for a batch of {b}")
+            width = min(conf.shape[1], kmax)
+            # calibration bin of every confidence; out-of-range (and NaN) go to the end bins
+            c = table.take((conf[:, :width].T * nb).astype(np.intp), mode="clip")
         else:  # rows from a mapping may be short or missing (NaN): the estimate fills in
+            raw = _rows_from_mapping(conf, batch.req_ids, kmax)
+            width = kmax
+            est = np.asarray(ctx.acceptance.estimate(), dtype=float)
+            given = raw.T
             known = np.isfinite(given)
-            bins = _bins(np.where(known, given, 0.0), len(table))
-            c = np.where(known, table[bins], est[:width, None])
+            c = np.where(known, table.take((np.where(known, given, 0.0) * nb).astype(np.intp), mode="clip"),
+                         est[:, None])
         if width < kmax:
+            est = np.asarray(ctx.acceptance.estimate(), dtype=float)
             c = np.concatenate((c, np.repeat(est[width:, None], b, axis=1)))
-        return np.cumprod(c, axis=0), True
+        return np.cumprod(c, axis=0)
 
     def _grid_costs(
         self, ctx: PolicyContext, b: int, verify: np.ndarray, draft: np.ndarray
@@ -132,50 +136,53 @@ class BudgetPolicy(Policy):
             return decision(ctx, self.min_gamma, self.name, "empty batch", batch_size=b)
         if batch.confidences is None:
             return self._uniform(b, ctx, probe)
-        surv, used_conf = self._survival(batch, ctx)
+        surv = self._survival(batch, ctx)
         kmax = self.kmax
         levels = LEVELS
         # survival level of every slot, counted from the top (rank 0 = survival >= 63/64);
         # a request's rank never falls with position, so "rank <= r and position <= D"
         # admits a prefix of every request
-        rank = (levels - 1) - np.minimum((surv * levels).astype(np.int64), levels - 1)  # (kmax, B)
+        rank = (levels - 1) - (surv * (levels - 1e-9)).astype(np.intp)  # (kmax, B)
         key = (rank + self._offsets(b)).ravel()
         cnt = np.bincount(key, minlength=kmax * levels).reshape(kmax, levels)
         tot = np.bincount(key, weights=surv.ravel(), minlength=kmax * levels).reshape(kmax, levels)
         per_pos = cnt.cumsum(axis=1)  # slots at position j with rank <= r
         slots = np.zeros((kmax + 1, levels))
-        slots[1:] = per_pos.cumsum(axis=0)  # (cap D = 0..kmax, rank r)
+        per_pos.cumsum(axis=0, out=slots[1:])  # (cap D = 0..kmax, rank r)
         gains = np.zeros((kmax + 1, levels))
-        gains[1:] = tot.cumsum(axis=1).cumsum(axis=0)
-        verify = b + slots
-        caps = np.arange(kmax + 1)
+        tot.cumsum(axis=1).cumsum(axis=0, out=gains[1:])
+        verify = slots + b
         dmin = ctx.cost.draft_min_steps
-        priced = self._grid_costs(ctx, b, verify, np.maximum(caps, dmin)[:, None])
+        priced = self._grid_costs(ctx, b, verify, self._draft_col(dmin))
         if priced is None:
             k = self.candidates[-1]
             return decision(ctx, k, self.name, "hold: no step times yet", batch_size=b)
         ms, source = priced
-        ratio = (b + gains) / ms
+        gains += b
+        ratio = gains / ms
         # a cap D counts only if some slot at position D is admitted (else it duplicates D-1)
         ratio[1:][per_pos == 0] = -np.inf
-        ratio[: self.min_gamma] = -np.inf
+        if self.min_gamma:
+            ratio[: self.min_gamma] = -np.inf
         # the best rank under each cap; the REPRICE best caps re-priced exactly by the
         # configured model (the online model corrects its roofline where it has data)
-        best_rank = np.argmax(ratio, axis=1)
-        approx = ratio[caps, best_rank]
+        best_rank = ratio.argmax(axis=1)
+        approx = ratio[self._caps, best_rank]
         best = (-math.inf, 0, 0, math.inf)  # (ratio, cap, rank, ms)
+        br = best_rank.tolist()
         for cap in np.argsort(-approx, kind="stable")[:REPRICE].tolist():
-            r = int(best_rank[cap])
             if not math.isfinite(approx[cap]):
                 continue
+            r = br[cap]
             c_ms = self._exact_ms(ctx, b, int(verify[cap, r]), max(cap, dmin))
-            g = (b + float(gains[cap, r])) / c_ms
+            g = float(gains[cap, r]) / c_ms
             if g > best[0]:
                 best = (g, cap, r, c_ms)
         best_ratio, cap, r, best_ms = best
-        k_i_arr = np.minimum((rank <= r).sum(axis=0), cap)
+        k_i_arr = np.count_nonzero(rank[:cap] <= r, axis=0)
         if probe:  # one position deeper for everyone: measures what the budget left out
-            k_i_arr = np.minimum(k_i_arr + 1, kmax)
+            k_i_arr += 1
+            np.minimum(k_i_arr, kmax, out=k_i_arr)
         k = int(k_i_arr.max())
         k_i = dict(zip(batch.req_ids, k_i_arr.tolist()))
         return Decision(
@@ -185,7 +192,7 @@ class BudgetPolicy(Policy):
             reason=(
                 f"{'probe +1 on ' if probe else ''}budget {int(verify[cap, r]) - b}/{b * kmax} slots "
                 f"(survival >= {(levels - 1 - r) / levels:.3g}, depth <= {cap}), "
-                f"{'confidence' if used_conf else 'estimated'} survival, {source}: {best_ratio:.4g} tok/ms"
+                f"confidence survival, {source}: {best_ratio:.4g} tok/ms"
             ),
             est_accept=ctx.acceptance.estimate(),
             est_cost_ms=best_ms,
@@ -225,6 +232,13 @@ class BudgetPolicy(Policy):
             est_accept=ctx.acceptance.estimate(),
             est_cost_ms=best_ms,
         )
+
+    def _draft_col(self, dmin: int) -> np.ndarray:
+        """Drafter passes per cap D = 0..kmax as a column, ``max(D, draft_min_steps)``."""
+        col = self._draft_cache.get(dmin)
+        if col is None:
+            col = self._draft_cache[dmin] = np.maximum(self._caps, dmin)[:, None].astype(float)
+        return col
 
     def _offsets(self, b: int) -> np.ndarray:
         """Row offsets that make (position, level) one bincount key."""
