@@ -8,6 +8,11 @@ import socket
 
 import pytest
 
+# torch.utils.cpp_extension (imported by vLLM) imports setuptools, whose distutils shim asserts
+# if any earlier test in this process loaded the standard library's distutils.  Use the stdlib
+# copy throughout, so in-process engines do not depend on which tests ran before them.
+os.environ.setdefault("SETUPTOOLS_USE_DISTUTILS", "stdlib")
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
 

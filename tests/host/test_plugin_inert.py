@@ -28,7 +28,7 @@ from vllm_hust_vspec.patches.registry import Patch, PatchError
 from vllm_hust_vspec.patches.spec import PatchSpec, Symbol
 from vllm_hust_vspec.settings import SettingsError
 
-specs = catalog.all_specs()
+specs = [s for s in catalog.all_specs() if s.applies and s.family == 'vllm']
 owners = {}
 for s in specs:
     for sym in s.all_symbols:

@@ -34,6 +34,7 @@ pytestmark = [pytest.mark.host, pytest.mark.slow]
 
 KMAX = 4
 SAMPLES = 2000  # the minimum the chi-square test asks for (the slowest host test here)
+SAMPLE_BATCH = 256  # the samples are one request with n=SAMPLES: few, wide steps
 
 
 def _spec(fixtures, method: str) -> tuple[str, dict]:
@@ -142,12 +143,12 @@ def test_random_sampling_keeps_the_distribution(fixtures_dir, prompts, tmp_path)
     prefix = prompts[3]
     model, spec = _spec(fixtures_dir, "draft_model")
     with plugin_env(enabled=False):
-        llm = make_llm(model, max_num_seqs=64)
+        llm = make_llm(model, max_num_seqs=SAMPLE_BATCH)
         base = _third_tokens(llm, prefix, SAMPLES)
         close(llm)
     trace = tmp_path / "decisions.jsonl"
     with plugin_env(adaptive_policy="sweep", adaptive_trace_file=trace):
-        llm = make_llm(model, spec, max_num_seqs=64)
+        llm = make_llm(model, spec, max_num_seqs=SAMPLE_BATCH)
         try:
             got = _third_tokens(llm, prefix, SAMPLES)
             accepted_at_3rd = runtime_of(llm).accepted_by_position[2]

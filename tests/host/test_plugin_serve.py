@@ -3,10 +3,34 @@
 ``python -m vllm.entrypoints.openai.api_server ... --speculative-config '{...}'`` with only
 the env set: the front end turns dynamic-SD mode on, the engine-core process (a separate
 process) applies the patches, logs the ``vllm-hust-vspec active:`` line and writes the
-decision trace.  With the ``online`` policy, on ``prompts/hard.jsonl`` K falls (the draft is
-rarely accepted) and on ``prompts/code.jsonl`` afterwards it comes back.  The large target
-is served: with the small one, verifying 5 tokens costs the same as 1 on this CPU, so
-K = Kmax is right even on hard prompts and there is nothing to adapt to.
+decision trace.
+
+Adapting, in one server run of the large pair (target-large, draft, Kmax 4, ``online``):
+
+* **hard phase**: ``prompts/hard.jsonl``, 16 requests in flight, temperature 1.0.  At
+  batch 16 the target is compute-bound, so every verified row costs real time, and sampled
+  continuations of hard prompts rarely match the draft: K = 0 is the optimum.
+* **code phase, afterwards**: ``prompts/code.jsonl`` one request at a time, greedy.  At
+  batch 1 verifying 5 rows costs about what 1 does and code accepts well: a high K is best.
+
+Hard prompts at batch 1, or greedy at batch 16, would NOT do: greedy hard continuations
+still accept ~55 % of draft tokens (K = 3 measured ~0.43 tok/ms vs K = 0 ~0.33 at batch
+16), so K >= 2 is genuinely right there and the controller keeps it.
+
+Fixed-K measurement behind the thresholds (same server flags, ``fixed`` policy; the
+hard load = hard.jsonl x2, 64 tokens, 16 concurrent, T = 1.0; the code load = 6 code
+prompts, 48 tokens, one at a time, T = 0; 2 shared CPU cores, output tok/s):
+
+    K          0      1      2      4      target-only
+    hard b16   190.9  183.5  143.7  108.1  214.4
+    code b1    30.7   43.4   56.3   59.9   30.2
+
+so on hard K = 0 is best (K = 1 within noise, -4 %) and on code K = 4 (K = 2 -6 %, K = 0
+half).  The test asserts, from the decision trace: hard acceptance < 0.3 < code
+acceptance; in the second half of the hard phase mean K <= 1.0 (Kmax 4), K <= 1 in >= 75 %
+of decisions and K = 0 occurs; in the second half of the code phase mean K >= 1.75 and at
+least 1.5 above the hard phase's.  Measured (online, shared CPU): hard late mean K 0.13
+(K <= 1 share 0.97), code late mean K 2.00.
 """
 
 from __future__ import annotations
@@ -28,6 +52,8 @@ from plugin_helpers import load_prompts, read_decisions
 pytestmark = [pytest.mark.host, pytest.mark.slow]
 
 KMAX = 4
+HARD_CONCURRENCY = 16  # the hard phase: batch 16, compute-bound
+HARD_TEMPERATURE = 1.0  # ... with sampling: the draft's guesses are accepted less often
 
 
 def _wait_ready(proc, url: str, log_path, timeout: float = 240.0) -> None:
@@ -44,16 +70,17 @@ def _wait_ready(proc, url: str, log_path, timeout: float = 240.0) -> None:
     raise AssertionError(f"server not ready in {timeout} s:\n{log_path.read_text()[-4000:]}")
 
 
-def _phase(url: str, model: str, prompts: list[str], max_tokens: int, rounds: int) -> int:
+def _phase(url: str, model: str, prompts: list[str], max_tokens: int, concurrency: int,
+           temperature: float) -> int:
     def one(p: str) -> int:
         r = requests.post(url + "/v1/completions", timeout=300, json={
-            "model": model, "prompt": p, "max_tokens": max_tokens, "temperature": 0.0,
+            "model": model, "prompt": p, "max_tokens": max_tokens, "temperature": temperature,
             "ignore_eos": True})
         r.raise_for_status()
         return r.json()["usage"]["completion_tokens"]
 
-    with concurrent.futures.ThreadPoolExecutor(8) as pool:
-        return sum(pool.map(one, prompts * rounds))
+    with concurrent.futures.ThreadPoolExecutor(concurrency) as pool:
+        return sum(pool.map(one, prompts))
 
 
 def _mean_k(decisions: list[dict]) -> float:
@@ -69,8 +96,8 @@ def server_run(fixtures_dir, tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("serve")
     trace = tmp_path / "decisions.jsonl"
     log_path = tmp_path / "server.log"
-    # the large target: at batch 8 verifying extra tokens costs real time, so on hard prompts
-    # (draft rarely accepted) a small K is best, while on code prompts a large K is
+    # the large target: at batch 16 verifying extra rows costs real time, so on hard prompts
+    # a small K is best; at batch 1 verify rows are nearly free and code accepts well: Kmax
     model = str(fixtures_dir / "target-large")
     spec = {"method": "draft_model", "model": str(fixtures_dir / "draft"),
             "num_speculative_tokens": KMAX}
@@ -82,7 +109,7 @@ def server_run(fixtures_dir, tmp_path_factory):
     )
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model,
            "--port", str(port), "--host", "127.0.0.1", "--dtype", "float32",
-           "--max-model-len", "512", "--max-num-seqs", "8", "--enforce-eager",
+           "--max-model-len", "512", "--max-num-seqs", str(HARD_CONCURRENCY), "--enforce-eager",
            "--speculative-config", json.dumps(spec)]
     url = f"http://127.0.0.1:{port}"
     with open(log_path, "w") as log:
@@ -90,9 +117,11 @@ def server_run(fixtures_dir, tmp_path_factory):
     try:
         _wait_ready(proc, url, log_path)
         t_hard = time.time()
-        assert _phase(url, model, load_prompts(fixtures_dir, "hard"), 24, 3) > 0
+        hard = load_prompts(fixtures_dir, "hard")  # 16 prompts, all in flight at once
+        assert _phase(url, model, hard * 3, 64, HARD_CONCURRENCY, HARD_TEMPERATURE) == 64 * 3 * len(hard)
         t_code = time.time()
-        assert _phase(url, model, load_prompts(fixtures_dir, "code"), 64, 2) > 0
+        code = load_prompts(fixtures_dir, "code")[:6]
+        assert _phase(url, model, code, 48, 1, 0.0) == 48 * len(code)
         time.sleep(0.5)
     finally:
         proc.terminate()
@@ -121,18 +150,35 @@ def test_server_plugin_active_in_engine_core(server_run):
     assert results and sum(r["drafted"] for r in results) > 0
 
 
+def _acceptance(decisions: list[dict], results: dict[int, dict]) -> float:
+    """Accepted / drafted over the results of these decisions' steps."""
+    rs = [results[d["step"]] for d in decisions if d["step"] in results]
+    drafted = sum(r["drafted"] for r in rs)
+    return sum(r["accepted"] for r in rs) / drafted if drafted else 0.0
+
+
 def test_server_adapts_in_one_run(server_run):
-    _, decisions, _ = read_decisions(server_run["trace"])
+    _, decisions, results = read_decisions(server_run["trace"])
+    by_step = {r["step"]: r for r in results}
     t_hard, t_code = server_run["t_hard"], server_run["t_code"]
-    hard = [d for d in decisions if t_hard <= d["t"] < t_code]
+    # the hard phase's steady state: the batch is (nearly) full
+    hard = [d for d in decisions if t_hard <= d["t"] < t_code and d["batch"] >= 12]
     code = [d for d in decisions if d["t"] >= t_code]
-    assert len(hard) > 40 and len(code) > 40
+    assert len(hard) > 60 and len(code) > 60, (len(hard), len(code))
+    assert all(d["batch"] == 1 for d in code)
     hard_late = hard[len(hard) // 2:]
     code_late = code[len(code) // 2:]
-    print(f"mean K: hard first half {_mean_k(hard[:len(hard) // 2]):.2f}, "
-          f"hard late {_mean_k(hard_late):.2f}, code late {_mean_k(code_late):.2f}; "
-          f"K=0 share in hard late {sum(d['k'] == 0 for d in hard_late) / len(hard_late):.2f}")
-    # K falls on hard prompts (it starts at Kmax) ...
-    assert _mean_k(hard_late) < 2.0
-    # ... and comes back on code prompts
-    assert _mean_k(code_late) >= _mean_k(hard_late) + 1.0
+    low_share = sum(d["k"] <= 1 for d in hard_late) / len(hard_late)
+    print(f"hard: {len(hard)} decisions, acceptance {_acceptance(hard, by_step):.2f}, mean K "
+          f"first half {_mean_k(hard[:len(hard) // 2]):.2f}, late {_mean_k(hard_late):.2f}, "
+          f"K<=1 share late {low_share:.2f}; code: {len(code)} decisions, acceptance "
+          f"{_acceptance(code, by_step):.2f}, mean K late {_mean_k(code_late):.2f}")
+    # the situation is what the docstring says: hard drafts are rarely accepted, code ones are
+    assert _acceptance(hard, by_step) < 0.3 < _acceptance(code, by_step)
+    # K falls on hard prompts to the optimum, 0 (measured: K=0 beats every K >= 1 there),
+    # held for most steps (probes aside), far below Kmax ...
+    assert _mean_k(hard_late) <= 1.0
+    assert low_share >= 0.75 and any(d["k"] == 0 for d in hard_late)
+    # ... and comes back on code prompts at batch 1 (where K >= 2 beats K = 0)
+    assert _mean_k(code_late) >= 1.75
+    assert _mean_k(code_late) >= _mean_k(hard_late) + 1.5

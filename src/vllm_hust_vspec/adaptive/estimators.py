@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from itertools import chain
-from operator import attrgetter
 
 import numpy as np
 
@@ -503,7 +501,8 @@ class ConfidenceCalibrator:
     confidence itself (prior strength ``prior_strength``).  The map is made non-decreasing
     with pool-adjacent-violators after each update (only when it is not already).
     ``max_requests`` bounds the work per step (a rotating subset of the batch is used).
-    Updates are vectorised (one ``bincount`` per step over the subset's reached positions).
+    :meth:`update_arrays` is vectorised (one ``bincount`` per step); the table the
+    policies read is refreshed every ``REFRESH_EVERY`` updates.
     """
 
     def __init__(
@@ -511,7 +510,7 @@ class ConfidenceCalibrator:
         bins: int = 10,
         weight: float = 0.02,
         prior_strength: float = 4.0,
-        max_requests: int = 32,
+        max_requests: int = 16,
     ) -> None:
         if bins < 1:
             raise ValueError(f"bins must be >= 1, got {bins}")
@@ -526,6 +525,8 @@ class ConfidenceCalibrator:
         self._prior = (np.arange(bins) + 0.5) / bins * prior_strength
         self._array = (np.arange(bins) + 0.5) / bins
         self._table: list[float] = self._array.tolist()
+        self._dirty = 0  # updates since the table was refreshed
+        self._pos = np.arange(0)
 
     def _bin(self, c: float) -> int:
         i = int(c * self.bins)
@@ -546,7 +547,9 @@ class ConfidenceCalibrator:
         return start, take
 
     def update(self, results: Sequence[RequestResult]) -> None:
-        """Decay, then learn from the results that carry confidences."""
+        """Decay, then learn from the results that carry confidences (a tight loop over the
+        bounded subset: for at most ``max_requests`` ragged rows it is faster than building
+        arrays; :meth:`update_arrays` is the vectorised path)."""
         n = len(results)
         if n == 0:
             return
@@ -554,20 +557,39 @@ class ConfidenceCalibrator:
         sub = results[start : start + take]
         if len(sub) < take:
             sub = tuple(sub) + tuple(results[: take - len(sub)])
-        confs = [x.confidences or () for x in sub]
-        lens = np.fromiter(map(len, confs), np.int64, take)
-        total = int(lens.sum())
-        if total == 0:
-            self._learn(None, None, None)
-            return
-        flat = np.fromiter(chain.from_iterable(confs), float, total)
-        drafted = np.fromiter(map(_DRAFTED, sub), np.int64, take)
-        accepted = np.fromiter(map(_ACCEPTED, sub), np.int64, take)
-        ends = np.cumsum(lens)
-        pos = np.arange(total) - np.repeat(ends - lens, lens)
-        reach = np.repeat(np.minimum(np.minimum(drafted, accepted + 1), lens), lens)
-        acc = np.repeat(accepted, lens)
-        self._learn(flat, pos < reach, pos < np.minimum(acc, reach))
+        bins = self.bins
+        top = bins - 1
+        tried = [0] * bins
+        acc = [0] * bins
+        samples = 0
+        for x in sub:
+            conf = x.confidences
+            if not conf:
+                continue
+            a = x.accepted
+            reach = x.drafted
+            if reach > a + 1:
+                reach = a + 1
+            if reach > len(conf):
+                reach = len(conf)
+            samples += reach
+            for j in range(reach):
+                i = int(conf[j] * bins)
+                if i > top:
+                    i = top
+                elif i < 0:
+                    i = 0
+                tried[i] += 1
+                if j < a:
+                    acc[i] += 1
+        d = self.decay
+        self.tried *= d
+        self.accepted *= d
+        if samples:
+            self.tried += tried
+            self.accepted += acc
+            self.samples += samples
+        self._dirty += 1
 
     def update_arrays(self, confidences, drafted, accepted) -> None:
         """:meth:`update` from aligned arrays: ``confidences`` of shape (batch, width) (the
@@ -579,31 +601,45 @@ class ConfidenceCalibrator:
         if conf.ndim != 2:
             raise ValueError(f"confidences must be a 2-D (batch, width) array, got shape {conf.shape}")
         start, take = self._subset(n)
-        rows = np.arange(start, start + take)
-        if start + take > n:
-            rows %= n
+        if start + take <= n:  # a view, no copy
+            rows: slice | np.ndarray = slice(start, start + take)
+        else:
+            rows = np.arange(start, start + take) % n
         conf = conf[rows]
         d = np.asarray(drafted)[rows]
         a = np.asarray(accepted)[rows]
-        pos = np.arange(conf.shape[1])
+        pos = self._positions(conf.shape[1])
         reach = np.minimum(d, a + 1)[:, None]
-        self._learn(conf, pos < reach, pos < np.minimum(a, reach[:, 0])[:, None])
+        self._learn(conf, (pos < reach).view(np.int8) + (pos < a[:, None]).view(np.int8))
 
-    def _learn(self, conf, reached, accepted) -> None:
-        """Decay, add the reached positions' bins, refresh the table."""
+    def _positions(self, width: int) -> np.ndarray:
+        pos = self._pos
+        if len(pos) != width:
+            pos = self._pos = np.arange(width)
+        return pos
+
+    def _learn(self, conf, state) -> None:
+        """Decay and add the positions' bins (``state``: 0 not reached, 1 reached and
+        rejected, 2 accepted; one bincount for both counts); the table is refreshed lazily."""
         d = self.decay
         self.tried *= d
         self.accepted *= d
         if conf is not None:
             bins = self.bins
-            b = (conf * bins).astype(np.int64)
-            np.clip(b, 0, bins - 1, out=b)
-            self.tried += np.bincount(b[reached], minlength=bins)
-            self.accepted += np.bincount(b[accepted], minlength=bins)
-            self.samples += int(np.count_nonzero(reached))
-        self._refresh()
+            b = (conf * bins).astype(np.intp)
+            np.minimum(b, bins - 1, out=b)
+            np.maximum(b, 0, out=b)
+            b *= 3
+            b += state
+            cnt = np.bincount(b.ravel(), minlength=3 * bins).reshape(bins, 3)
+            self.tried += cnt[:, 1]
+            self.tried += cnt[:, 2]
+            self.accepted += cnt[:, 2]
+            self.samples += int(cnt[:, 1:].sum())
+        self._dirty += 1
 
     def _refresh(self) -> None:
+        self._dirty = 0
         w = self.prior_strength
         raw = (self.accepted + self._prior) / (self.tried + w)
         if (raw[1:] >= raw[:-1]).all():
@@ -615,19 +651,25 @@ class ConfidenceCalibrator:
 
     def calibrate(self, confidence: float) -> float:
         """Estimated acceptance probability of a draft token with this confidence."""
+        if self._dirty:
+            self._refresh()
         return self._table[self._bin(confidence)]
 
     def table(self) -> tuple[float, ...]:
+        if self._dirty:
+            self._refresh()
         return tuple(self._table)
 
     def table_array(self) -> np.ndarray:
         """The calibration table as a numpy array (read-only; bin i covers
-        [i/bins, (i+1)/bins))."""
+        [i/bins, (i+1)/bins)).  The hot path: refreshed once per ``REFRESH_EVERY``
+        updates (the counts move by ``weight`` per update, so the map moves slowly)."""
+        if self._dirty >= REFRESH_EVERY:
+            self._refresh()
         return self._array
 
 
-_DRAFTED = attrgetter("drafted")
-_ACCEPTED = attrgetter("accepted")
+REFRESH_EVERY = 2  # updates between refreshes of the table the policies read (table_array)
 
 
 def _pav(values: Sequence[float], weights: Sequence[float]) -> list[float]:

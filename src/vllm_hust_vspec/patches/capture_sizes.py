@@ -1,9 +1,11 @@
 """Patch ``VllmConfig._set_cudagraph_sizes``: capture every verify width (graph hosts only).
 
-What:   wraps ``vllm.config.vllm.VllmConfig._set_cudagraph_sizes``; after the host chose its
-        capture sizes, adds ``n * (K + 1)`` for every K in 1..Kmax and n up to max_num_seqs
-        (capped at the host's largest capture size), computed by
-        :func:`vllm_hust_vspec.runtime.capture.verify_capture_sizes`.
+What:   wraps ``vllm.config.vllm.VllmConfig._set_cudagraph_sizes``; when the user (or our
+        launcher, per ``--capture-policy``) gave no explicit capture sizes, adds
+        ``n * (K + 1)`` for every verify width the controller may pick and n on the host's
+        request ladder (capped at the host's largest capture size), computed by
+        :func:`vllm_hust_vspec.capture.capture_sizes` (the launcher's function too).
+        Explicit sizes are left exactly as given.
 Why:    the host's dynamic-SD tiers follow the batch-size table; our table is a single
         ``[(1, 1, Kmax)]`` entry, so without this only the Kmax width would have graphs and
         every other K the controller picks would run eagerly.
@@ -43,17 +45,20 @@ GRAPH_HOSTS_ONLY = True
 def make(original: Any) -> Any:
     @functools.wraps(original)
     def _set_cudagraph_sizes(self: Any) -> None:
+        explicit = self.compilation_config.cudagraph_capture_sizes is not None
         original(self)
         spec = self.speculative_config
         comp = self.compilation_config
         sizes = comp.cudagraph_capture_sizes
-        if spec is None or not sizes or not spec.num_speculative_tokens:
+        if explicit or spec is None or not sizes or not spec.num_speculative_tokens:
             return
-        from vllm_hust_vspec.runtime.capture import verify_capture_sizes
+        from vllm_hust_vspec.capture import capture_sizes
+        from vllm_hust_vspec.settings import from_env
 
         cap = comp.max_cudagraph_capture_size or max(sizes)
-        extra = verify_capture_sizes(
-            spec.num_speculative_tokens, self.scheduler_config.max_num_seqs, limit=cap
+        extra = capture_sizes(
+            self.scheduler_config.max_num_seqs, spec.num_speculative_tokens, policy="auto",
+            kmin=from_env().adaptive_min_gamma, max_num_batched_tokens=cap,
         )
         comp.cudagraph_capture_sizes = sorted(set(sizes) | set(extra))
 

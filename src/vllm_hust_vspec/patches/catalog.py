@@ -14,6 +14,8 @@ from vllm_hust_vspec.patches import (
     capture_sizes,
     cpu_expand_kernel,
     draft_trim,
+    requirements_ascend,
+    requirements_hust,
     scheduler_k,
     spec_stats,
     speculative_config,
@@ -35,8 +37,10 @@ _MODULES: tuple[ModuleType, ...] = (
 
 
 def all_specs() -> tuple[PatchSpec, ...]:
-    """Every declared patch (applied or requirement-only), for the doctor."""
-    return tuple(m.SPEC for m in _MODULES)
+    """Every declared patch (applied or requirement-only), for the doctor: the runtime
+    patches, then the requirement-only specs for vLLM-Ascend and vLLM-HUST."""
+    return (tuple(m.SPEC for m in _MODULES) + tuple(requirements_ascend.SPECS)
+            + tuple(requirements_hust.SPECS))
 
 
 def all_patches() -> tuple[Patch, ...]:

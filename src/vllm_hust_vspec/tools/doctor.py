@@ -18,7 +18,7 @@ import argparse
 import ast
 import dataclasses
 import email.parser
-import importlib
+
 import importlib.metadata
 import json
 import pathlib
@@ -48,21 +48,11 @@ class UsageError(Exception):
 # ------------------------------------------------------------------------------ specs
 
 def load_specs() -> list[PatchSpec]:
-    """Every patch declaration of the project (the catalog) plus the requirement-only specs
-    for vLLM-Ascend and vLLM-HUST (added here when the catalog does not list them yet)."""
-    specs: list[PatchSpec] = []
-    try:
-        catalog = importlib.import_module("vllm_hust_vspec.patches.catalog")
-    except ModuleNotFoundError as exc:
-        if exc.name != "vllm_hust_vspec.patches.catalog":
-            raise
-    else:
-        specs.extend(catalog.all_specs())
-    names = {s.name for s in specs}
-    for module in ("requirements_ascend", "requirements_hust"):
-        extra = importlib.import_module(f"vllm_hust_vspec.patches.{module}").SPECS
-        specs.extend(s for s in extra if s.name not in names)
-    return specs
+    """Every patch declaration of the project: the catalog (runtime patches and the
+    requirement-only specs for vLLM-Ascend and vLLM-HUST)."""
+    from vllm_hust_vspec.patches import catalog
+
+    return list(catalog.all_specs())
 
 
 def select_specs(specs: Iterable[PatchSpec], family: str, method: str | None,

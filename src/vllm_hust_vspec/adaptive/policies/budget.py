@@ -22,6 +22,13 @@ request pay for the extra passes, so the admission is done under every draft-dep
 cost table the cap does not change the cost and the plain DSpark rule results.
 ``K_i`` = admitted slots of request ``i``; ``K = max K_i``.
 
+The selection (cap, survival threshold) is held for ``RESELECT`` decisions (re-selected
+at once when the batch size moves by more than 1/8, and on every probe); in between each
+request's K_i still follows its own confidences (the slots above the held threshold).
+The survival threshold is the marginal value of a slot, which moves slowly, and holding
+it keeps observe()+decide() within 50 microseconds at batch 256 (tests/unit/
+test_decide_speed.py).
+
 Like ``online`` it warms up on uniform K (descending, ``warmup_samples`` each) so the cost
 model sees every depth. Exploration is cheap: every ``round(1 / exploration)``-th decision
 drafts every request one position deeper than its budget (K_i + 1), which measures the
@@ -45,7 +52,8 @@ from .base import Policy, PolicyContext, decision
 from .registry import register_policy
 
 LEVELS = 64  # survival is admitted in steps of 1/LEVELS
-REPRICE = 3  # candidates re-priced exactly per decision
+REPRICE = 3  # candidates re-priced exactly per selection
+RESELECT = 2  # decisions a selection is held (re-selected earlier when B moves > 1/8)
 
 
 class BudgetPolicy(Policy):
@@ -68,11 +76,16 @@ class BudgetPolicy(Policy):
         self._pos_cache: dict[int, np.ndarray] = {}
         self._draft_cache: dict[int, np.ndarray] = {}
         self._caps = np.arange(kmax + 1)
+        self._upper = np.triu(np.ones((kmax, kmax)))  # x @ upper = cumulative sum along rows
+        self._cap_rows = np.tril(np.ones((kmax + 1, kmax)), -1)  # row D: 1 at positions < D
+        self._rank_cum = np.triu(np.ones((LEVELS, LEVELS)))  # x @ it: cumsum over ranks
+        self._pos_cum = self._cap_rows  # it @ x: sum over the positions < D
+        self._sel: tuple[int, int, int, int, float, float, str] | None = None  # see _select
 
     # ------------------------------------------------------------------ helpers
     def _survival(self, batch: BatchView, ctx: PolicyContext) -> np.ndarray:
-        """Survival per (position, request), shape (kmax, B) (position-major for speed), from
-        the calibrated confidences (the estimated acceptance where a request has none)."""
+        """Survival per (request, position), shape (B, kmax), from the calibrated
+        confidences (the estimated acceptance where a request has none)."""
         b = len(batch.req_ids)
         kmax = self.kmax
         conf = batch.confidences
@@ -83,19 +96,22 @@ class BudgetPolicy(Policy):
                 raise ValueError(f"policy 'budget': confidences of shape {conf.shape} for a batch of {b}")
             width = min(conf.shape[1], kmax)
             # calibration bin of every confidence; out-of-range (and NaN) go to the end bins
-            c = table.take((conf[:, :width].T * nb).astype(np.intp), mode="clip")
+            bins = (conf[:, :width] * nb).astype(np.intp)
+            if width == kmax:  # survival = exp(cumulative log), the cumsum as one matmul
+                log_c = np.log(np.maximum(table, 1e-300)).take(bins, mode="clip")
+                return np.exp(log_c @ self._upper)
+            c = table.take(bins, mode="clip")
         else:  # rows from a mapping may be short or missing (NaN): the estimate fills in
-            raw = _rows_from_mapping(conf, batch.req_ids, kmax)
+            given = _rows_from_mapping(conf, batch.req_ids, kmax)
             width = kmax
             est = np.asarray(ctx.acceptance.estimate(), dtype=float)
-            given = raw.T
             known = np.isfinite(given)
             c = np.where(known, table.take((np.where(known, given, 0.0) * nb).astype(np.intp), mode="clip"),
-                         est[:, None])
+                         est[None, :])
         if width < kmax:
             est = np.asarray(ctx.acceptance.estimate(), dtype=float)
-            c = np.concatenate((c, np.repeat(est[width:, None], b, axis=1)))
-        return np.cumprod(c, axis=0)
+            c = np.concatenate((c, np.repeat(est[None, width:], b, axis=0)), axis=1)
+        return np.cumprod(c, axis=1)
 
     def _grid_costs(
         self, ctx: PolicyContext, b: int, verify: np.ndarray, draft: np.ndarray
@@ -138,65 +154,91 @@ class BudgetPolicy(Policy):
             return self._uniform(b, ctx, probe)
         surv = self._survival(batch, ctx)
         kmax = self.kmax
-        levels = LEVELS
-        # survival level of every slot, counted from the top (rank 0 = survival >= 63/64);
-        # a request's rank never falls with position, so "rank <= r and position <= D"
-        # admits a prefix of every request
-        rank = (levels - 1) - (surv * (levels - 1e-9)).astype(np.intp)  # (kmax, B)
-        key = (rank + self._offsets(b)).ravel()
-        cnt = np.bincount(key, minlength=kmax * levels).reshape(kmax, levels)
-        tot = np.bincount(key, weights=surv.ravel(), minlength=kmax * levels).reshape(kmax, levels)
-        per_pos = cnt.cumsum(axis=1)  # slots at position j with rank <= r
-        slots = np.zeros((kmax + 1, levels))
-        per_pos.cumsum(axis=0, out=slots[1:])  # (cap D = 0..kmax, rank r)
-        gains = np.zeros((kmax + 1, levels))
-        tot.cumsum(axis=1).cumsum(axis=0, out=gains[1:])
-        verify = slots + b
-        dmin = ctx.cost.draft_min_steps
-        priced = self._grid_costs(ctx, b, verify, self._draft_col(dmin))
-        if priced is None:
-            k = self.candidates[-1]
-            return decision(ctx, k, self.name, "hold: no step times yet", batch_size=b)
-        ms, source = priced
-        gains += b
-        ratio = gains / ms
-        # a cap D counts only if some slot at position D is admitted (else it duplicates D-1)
-        ratio[1:][per_pos == 0] = -np.inf
-        if self.min_gamma:
-            ratio[: self.min_gamma] = -np.inf
-        # the best rank under each cap; the REPRICE best caps re-priced exactly by the
-        # configured model (the online model corrects its roofline where it has data)
-        best_rank = ratio.argmax(axis=1)
-        approx = ratio[self._caps, best_rank]
-        best = (-math.inf, 0, 0, math.inf)  # (ratio, cap, rank, ms)
-        br = best_rank.tolist()
-        for cap in np.argsort(-approx, kind="stable")[:REPRICE].tolist():
-            if not math.isfinite(approx[cap]):
-                continue
-            r = br[cap]
-            c_ms = self._exact_ms(ctx, b, int(verify[cap, r]), max(cap, dmin))
-            g = float(gains[cap, r]) / c_ms
-            if g > best[0]:
-                best = (g, cap, r, c_ms)
-        best_ratio, cap, r, best_ms = best
-        k_i_arr = np.count_nonzero(rank[:cap] <= r, axis=0)
+        # survival level of every slot (level 63 = survival >= 63/64); a request's level
+        # never rises with position, so "level >= threshold and position <= D" admits a
+        # prefix of every request
+        level = (surv * (LEVELS - 1e-9)).astype(np.intp)  # (B, kmax)
+        sel = self._sel
+        if sel is None or n - sel[0] >= RESELECT or abs(b - sel[1]) * 8 > sel[1] or probe:
+            sel = self._select(surv, level, b, ctx, n)
+            if sel is None:
+                k = self.candidates[-1]
+                return decision(ctx, k, self.name, "hold: no step times yet", batch_size=b)
+            held = ""
+        else:
+            held = "held "
+        _, _, cap, thr, best_ratio, best_ms, source = sel
+        # K_i = admitted slots of request i = its positions <= cap at level >= thr
+        # (a row sum over the first ``cap`` positions as one matmul: faster than a reduction
+        # along the short axis)
+        k_i_arr = ((level >= thr) @ self._cap_rows[cap]).astype(np.intp)
         if probe:  # one position deeper for everyone: measures what the budget left out
             k_i_arr += 1
             np.minimum(k_i_arr, kmax, out=k_i_arr)
         k = int(k_i_arr.max())
+        if k < self.min_gamma:  # the cap is >= min_gamma, but held thresholds may admit less
+            k_i_arr[k_i_arr.argmax()] = k = self.min_gamma
         k_i = dict(zip(batch.req_ids, k_i_arr.tolist()))
         return Decision(
             k=k,
             k_i=k_i,
             policy=self.name,
             reason=(
-                f"{'probe +1 on ' if probe else ''}budget {int(verify[cap, r]) - b}/{b * kmax} slots "
-                f"(survival >= {(levels - 1 - r) / levels:.3g}, depth <= {cap}), "
-                f"confidence survival, {source}: {best_ratio:.4g} tok/ms"
+                f"{'probe +1 on ' if probe else ''}{held}budget (survival >= {thr / LEVELS:.3g}, "
+                f"depth <= {cap}), confidence survival, {source}: {best_ratio:.4g} tok/ms"
             ),
             est_accept=ctx.acceptance.estimate(),
             est_cost_ms=best_ms,
         )
+
+    def _select(
+        self, surv: np.ndarray, level: np.ndarray, b: int, ctx: PolicyContext, n: int
+    ) -> tuple[int, int, int, int, float, float, str] | None:
+        """The best (cap D, survival level threshold) for this batch: every (request,
+        position) slot is counted by (position, rank = 63 - level) in one bincount, the
+        cumulative sums give admitted slots and expected accepted tokens on the whole
+        (cap, rank) grid, the grid is priced by the cost model, and the REPRICE best caps are
+        re-priced exactly. Returns ``(n, b, cap, threshold level, tok/ms, ms, source)``, or
+        None without a cost model."""
+        kmax = self.kmax
+        levels = LEVELS
+        key = (self._keybase(b) - level).ravel()
+        cnt = np.bincount(key, minlength=kmax * levels).reshape(kmax, levels)
+        tot = np.bincount(key, weights=surv.ravel(), minlength=kmax * levels).reshape(kmax, levels)
+        # cumulative sums as matmuls: over ranks (@ upper-triangular ones), then over
+        # positions (lower-triangular ones @, with a zero row for cap D = 0)
+        ranks = self._rank_cum
+        per_pos = cnt @ ranks  # slots at position D with rank <= r
+        slots = self._pos_cum @ per_pos  # (cap D = 0..kmax, rank r): admitted slots
+        gains = self._pos_cum @ (tot @ ranks)  # expected accepted tokens of those slots
+        empty = per_pos == 0  # no slot at position D with rank <= r
+        dmin = ctx.cost.draft_min_steps
+        priced = self._grid_costs(ctx, b, slots + b, self._draft_col(dmin))
+        if priced is None:
+            return None
+        ms, source = priced
+        ratio = (gains + b) / ms
+        # a cap D counts only if some slot at position D is admitted (else it duplicates D-1)
+        np.copyto(ratio[1:], -np.inf, where=empty)
+        if self.min_gamma:
+            ratio[: self.min_gamma] = -np.inf
+        # the best rank under each cap; the REPRICE best caps re-priced exactly by the
+        # configured model (the online model corrects its roofline where it has data)
+        best_rank = ratio.argmax(axis=1)
+        approx = ratio[self._caps, best_rank].tolist()
+        br = best_rank.tolist()
+        best = (-math.inf, 0, 0, math.inf)  # (ratio, cap, rank, ms)
+        for cap in sorted(range(kmax + 1), key=approx.__getitem__, reverse=True)[:REPRICE]:
+            if not math.isfinite(approx[cap]):
+                continue
+            r = br[cap]
+            c_ms = self._exact_ms(ctx, b, b + int(slots[cap, r]), max(cap, dmin))
+            g = (b + float(gains[cap, r])) / c_ms
+            if g > best[0]:
+                best = (g, cap, r, c_ms)
+        best_ratio, cap, r, best_ms = best
+        self._sel = (n, b, cap, levels - 1 - r, best_ratio, best_ms, source)
+        return self._sel
 
     def _uniform(self, b: int, ctx: PolicyContext, probe: bool) -> Decision:
         """Without confidences every request has the same survival curve, so admitting by
@@ -240,11 +282,16 @@ class BudgetPolicy(Policy):
             col = self._draft_cache[dmin] = np.maximum(self._caps, dmin)[:, None].astype(float)
         return col
 
-    def _offsets(self, b: int) -> np.ndarray:
-        """Row offsets that make (position, level) one bincount key."""
+    def _keybase(self, b: int) -> np.ndarray:
+        """``position * LEVELS + LEVELS - 1`` per slot, shape (b, kmax): minus the level,
+        one bincount key."""
         off = self._pos_cache.get(b)
         if off is None:
-            off = self._pos_cache[b] = np.repeat((np.arange(self.kmax) * LEVELS)[:, None], b, axis=1)
+            if len(self._pos_cache) > 64:
+                self._pos_cache.clear()
+            off = self._pos_cache[b] = np.repeat(
+                (np.arange(self.kmax) * LEVELS + LEVELS - 1)[None, :], b, axis=0
+            )
         return off
 
     def describe(self) -> dict:
