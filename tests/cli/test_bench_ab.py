@@ -288,6 +288,7 @@ def test_demo_refuses_fixtures_without_manifest(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.demo
 def test_demo_end_to_end(fixtures_dir, tmp_path):
     """./run.sh demo: none, a fixed K and online on code and swing; the ratio table; the PNG;
     results.json's path as the last line; no server left."""

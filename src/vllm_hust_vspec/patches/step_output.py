@@ -26,6 +26,8 @@ SPEC = PatchSpec(
     requires=(
         Symbol(_SCHED, "Scheduler.requests"),
         Symbol("vllm.v1.core.sched.output", "SchedulerOutput.num_scheduled_tokens"),
+        Symbol("vllm.v1.core.sched.output", "SchedulerOutput.total_num_scheduled_tokens"),
+        Symbol("vllm.v1.core.sched.output", "SchedulerOutput.scheduled_spec_decode_tokens"),
         Symbol("vllm.v1.outputs", "ModelRunnerOutput.sampled_token_ids"),
         Symbol("vllm.v1.outputs", "ModelRunnerOutput.req_id_to_index"),
     ),

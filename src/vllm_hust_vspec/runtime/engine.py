@@ -177,12 +177,15 @@ class EngineRuntime:
             return
         step, k_now, t_decided = self._pending.popleft()
         wall_ms = (self._now - t_decided) * 1000.0
+        # A step that also ran prefill (new or chunked prompts) costs far more than its decode
+        # width explains: keep its acceptance, but not its time, out of the step-cost model.
+        timed_ms = None if _has_prefill(scheduler_output) else wall_ms
         results = tuple(self._verified)
         self._verified = []
         k_verified = self._k_prev
         self._k_prev = k_now
         result = StepResult(step=step, batch_size=batch, k=k_verified, results=results,
-                            wall_ms=wall_ms,
+                            wall_ms=timed_ms,
                             num_draft_steps=draft_forwards(self.method, k_now))
         self.controller.observe(result)
         self._flush_records()
@@ -254,3 +257,11 @@ def attach(scheduler: Any) -> EngineRuntime | None:
     announce(runtime.host, "engine" if label == "frontend" else label, runtime.policy,
              runtime.kmax, registry.applied())
     return runtime
+
+
+def _has_prefill(scheduler_output: Any) -> bool:
+    """True when the step scheduled more tokens than its decodes and drafts (1 + drafts per
+    running request): some request was prefilling."""
+    spec = scheduler_output.scheduled_spec_decode_tokens
+    decode_tokens = sum(1 + len(spec.get(r, ())) for r in scheduler_output.num_scheduled_tokens)
+    return scheduler_output.total_num_scheduled_tokens > decode_tokens
