@@ -23,6 +23,8 @@ from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 from vllm_hust_vspec.launcher.platform import vllm_console_works
+from vllm_hust_vspec.tools.argtypes import nonneg_float as _nonneg_float
+from vllm_hust_vspec.tools.argtypes import positive_int as _positive_int
 
 PROG = "vllm-hust-vspec-bench"
 ENDPOINTS = {"openai-chat": "/v1/chat/completions", "openai": "/v1/completions"}
@@ -72,26 +74,6 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--label", default="vspec", help="Result label (default %(default)s).")
     p.add_argument("--dry-run", action="store_true",
                    help="Print the benchmark command (and how it would run) and exit.")
-
-
-def _positive_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return v
-
-
-def _nonneg_float(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}") from None
-    if not v >= 0:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
-    return v
 
 
 def _rate(text: str) -> float:

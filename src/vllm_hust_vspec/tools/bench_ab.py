@@ -38,6 +38,7 @@ from vllm_hust_vspec.settings import SettingsError
 from . import bench_configs as cfgs
 from . import bench_results as results
 from . import bench_workloads as wl
+from .argtypes import positive_int as _positive_int
 from .bench_server import BaseLaunch, Server, ServerCommand, ServerError, resolve_base, server_command
 
 PROG = "vllm-hust-vspec-bench"
@@ -93,16 +94,6 @@ def add_ab_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dry-run", action="store_true",
                    help="Validate everything, print each configuration's server command and "
                         "the cells, start nothing.")
-
-
-def _positive_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return v
 
 
 def default_prompts_dir() -> pathlib.Path:
