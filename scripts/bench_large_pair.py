@@ -16,24 +16,16 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import os
 import pathlib
 import statistics
 import sys
 import time
 
+from vllm_hust_vspec.tools.fixture_dir import fixtures_dir
+
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 from fixtures import mal as M  # noqa: E402
-
-
-def _fixture_dir(explicit: str | None) -> pathlib.Path:
-    if explicit:
-        return pathlib.Path(explicit)
-    if os.environ.get("VSPEC_FIXTURES"):
-        return pathlib.Path(os.environ["VSPEC_FIXTURES"])
-    base = os.environ.get("VSPEC_FIXTURES_DIR") or os.path.expanduser("~/.cache/vllm-hust-vspec/fixtures")
-    return pathlib.Path(base) / "current"
 
 
 def one_run(fixture: pathlib.Path, drafter: str | None, k: int, rows: list[dict]) -> dict:
@@ -66,7 +58,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--tokens", type=int, default=128, help="output tokens per prompt (default 128)")
     ap.add_argument("--drafter", default="draft", choices=M.DRAFTERS, help="drafter (default draft)")
     a = ap.parse_args(argv)
-    fixture = _fixture_dir(a.fixture)
+    fixture = fixtures_dir(a.fixture)
     code = fixture / "prompts" / "code.jsonl"
     if not code.is_file():
         ap.error(f"no prompts at {code}: build the fixtures first (./manage.sh fixtures)")

@@ -21,14 +21,7 @@ import statistics
 import sys
 import time
 
-
-def _fixtures(arg: str | None) -> pathlib.Path:
-    if arg:
-        return pathlib.Path(arg)
-    if os.environ.get("VSPEC_FIXTURES"):
-        return pathlib.Path(os.environ["VSPEC_FIXTURES"])
-    base = os.environ.get("VSPEC_FIXTURES_DIR") or os.path.expanduser("~/.cache/vllm-hust-vspec/fixtures")
-    return pathlib.Path(base) / "current"
+from vllm_hust_vspec.tools.fixture_dir import fixtures_dir
 
 
 def _prompts(fixtures: pathlib.Path) -> list[str]:
@@ -57,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prompts", type=int, default=8, help="prompts per measurement")
     ap.add_argument("--json", help="write the table as JSON here")
     args = ap.parse_args(argv)
-    fixtures = _fixtures(args.fixtures)
+    fixtures = fixtures_dir(args.fixtures)
     if not (fixtures / "target-large").is_dir():
         print(f"error: {fixtures}/target-large not found (build the fixtures first)", file=sys.stderr)
         return 2

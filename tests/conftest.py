@@ -8,6 +8,8 @@ import socket
 
 import pytest
 
+from vllm_hust_vspec.tools.fixture_dir import fixtures_dir as fixtures_dir_path
+
 # torch.utils.cpp_extension (imported by vLLM) imports setuptools, whose distutils shim asserts
 # if any earlier test in this process loaded the standard library's distutils.  Use the stdlib
 # copy throughout, so in-process engines do not depend on which tests ran before them.
@@ -16,20 +18,10 @@ os.environ.setdefault("SETUPTOOLS_USE_DISTUTILS", "stdlib")
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
 
-def _fixtures_root() -> pathlib.Path:
-    explicit = os.environ.get("VSPEC_FIXTURES")
-    if explicit:
-        return pathlib.Path(explicit)
-    base = os.environ.get("VSPEC_FIXTURES_DIR") or os.path.expanduser(
-        "~/.cache/vllm-hust-vspec/fixtures"
-    )
-    return pathlib.Path(base) / "current"
-
-
 @pytest.fixture(scope="session")
 def fixtures_dir() -> pathlib.Path:
     """The tiny model fixtures (built by ./manage.sh fixtures)."""
-    root = _fixtures_root()
+    root = fixtures_dir_path()
     if not (root / "manifest.json").is_file():
         pytest.fail(
             f"model fixtures not found at {root}: run ./manage.sh fixtures "

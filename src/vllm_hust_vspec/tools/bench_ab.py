@@ -39,6 +39,7 @@ from . import bench_configs as cfgs
 from . import bench_results as results
 from . import bench_workloads as wl
 from .argtypes import positive_int as _positive_int
+from .fixture_dir import fixtures_dir
 from .bench_server import BaseLaunch, Server, ServerCommand, ServerError, resolve_base, server_command
 
 PROG = "vllm-hust-vspec-bench"
@@ -97,14 +98,7 @@ def add_ab_args(p: argparse.ArgumentParser) -> None:
 
 
 def default_prompts_dir() -> pathlib.Path:
-    explicit = os.environ.get("VSPEC_FIXTURES")
-    if explicit:
-        root = pathlib.Path(explicit)
-    else:
-        base = os.environ.get("VSPEC_FIXTURES_DIR") or os.path.expanduser(
-            "~/.cache/vllm-hust-vspec/fixtures")
-        root = pathlib.Path(base) / "current"
-    return root / "prompts"
+    return fixtures_dir() / "prompts"
 
 
 def free_port() -> int:
