@@ -215,17 +215,23 @@ def _integer(obj: Mapping[str, Any], key: str, where: str, lo: int, hi: int | No
     return value
 
 
+def _check_keys(obj: Mapping[str, Any], where: str, kind: str, known: set[str],
+                required: tuple[str, ...]) -> None:
+    """Refuse unknown keys and missing required keys of a header or request line."""
+    unknown = sorted(set(obj) - known)
+    if unknown:
+        raise TraceError(f"{where}: unknown {kind} key '{unknown[0]}' (known: {sorted(known)})")
+    for key in required:
+        if key not in obj:
+            raise TraceError(f"{where}: {kind} key '{key}' is missing")
+
+
 def _parse_header(obj: Mapping[str, Any], where: str) -> TraceHeader:
     if obj.get("format") != TRACE_FORMAT:
         raise TraceError(f"{where}: key 'format' must be {TRACE_FORMAT!r} on the header line, got {obj.get('format')!r}")
     if obj.get("version") != TRACE_VERSION:
         raise TraceError(f"{where}: key 'version': unsupported trace version {obj.get('version')!r} (reads {TRACE_VERSION})")
-    unknown = sorted(set(obj) - _HEADER_KEYS)
-    if unknown:
-        raise TraceError(f"{where}: unknown header key '{unknown[0]}' (known: {sorted(_HEADER_KEYS)})")
-    for key in ("kmax", "max_num_seqs", "cost"):
-        if key not in obj:
-            raise TraceError(f"{where}: header key '{key}' is missing")
+    _check_keys(obj, where, "header", _HEADER_KEYS, ("kmax", "max_num_seqs", "cost"))
     kmax = _integer(obj, "kmax", where, 1, MAX_KMAX)
     max_num_seqs = _integer(obj, "max_num_seqs", where, 1)
     seed = _integer(obj, "seed", where, 0) if "seed" in obj else 0
@@ -268,12 +274,7 @@ def _matrix(value: Any, key: str, where: str, n: int, kmax: int) -> np.ndarray:
 def _parse_request(obj: Mapping[str, Any], where: str, kmax: int) -> TraceRequest:
     if "format" in obj:
         raise TraceError(f"{where}: a second header line (only line 1 is the header)")
-    unknown = sorted(set(obj) - _REQUEST_KEYS)
-    if unknown:
-        raise TraceError(f"{where}: unknown request key '{unknown[0]}' (known: {sorted(_REQUEST_KEYS)})")
-    for key in ("id", "arrival_s", "accept_len"):
-        if key not in obj:
-            raise TraceError(f"{where}: request key '{key}' is missing")
+    _check_keys(obj, where, "request", _REQUEST_KEYS, ("id", "arrival_s", "accept_len"))
     rid = obj["id"]
     if not isinstance(rid, str) or not rid:
         raise TraceError(f"{where}: key 'id' must be a non-empty string, got {rid!r}")
