@@ -7,7 +7,7 @@
 #   3. prints the ratio table, writes ab.png, report.md and results.json, stops every server, and
 #      prints the path of results.json as its last line.
 # Env: VSPEC_FIXTURES (use this fixture directory instead of ./manage.sh fixtures), VSPEC_DEMO_DIR (default ~/.cache/vllm-hust-vspec/demo/<UTC time>), VSPEC_DEMO_K (the fixed
-#      K; default: the K the committed profile picks most often, else 2 -- the source is printed).
+#      K; default: the K the committed profile picks most often (ties: the smallest batch's), else 2 -- the source is printed).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
