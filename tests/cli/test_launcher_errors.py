@@ -195,7 +195,7 @@ def test_conflicting_flags(args, expect):
     "--adaptive-refill-batch",  # refill batch: not built
     "--confidence-accept-margin",  # confidence-accept: not built
     "--eagle-relaxed-accept-topk",  # relaxed top-K: not built
-    "--adaptive-entropy-stop",  # entropy stop: not built (adaptive_stop=confidence is ours)
+    "--adaptive-entropy-stop",  # vSpec top-2 entropy stop: ours is --adaptive-stop entropy (top-8)
     "--adaptive-gamma0-mode",  # gamma-0 sync: not built
     "--eagle-tree-width",  # EAGLE tree: not built
     "--draft-active-vocab-size",  # active vocab: not built
