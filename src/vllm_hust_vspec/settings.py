@@ -128,7 +128,7 @@ def canonical_method(name: str, source: str = "method") -> str:
 # --------------------------------------------------------------------------- the schema
 
 POLICIES = ("fixed", "schedule", "online", "profile", "budget", "sweep")
-STOP_MODES = ("off", "survival", "confidence")
+STOP_MODES = ("off", "survival", "confidence", "entropy")
 
 OPTIONS: tuple[Option, ...] = (
     # ---- controller (adaptive core) -------------------------------------------------
@@ -184,10 +184,29 @@ OPTIONS: tuple[Option, ...] = (
     Option("adaptive_stop", "str", "off",
            "Per-request stop: cut a request's draft where its survival (estimated "
            "probability that every earlier draft token is accepted) or its draft confidence "
-           "falls below --adaptive-stop-threshold.", choices=STOP_MODES, group="controller"),
+           "falls below --adaptive-stop-threshold, or (entropy) before the first draft "
+           "token whose top-8 entropy is above --adaptive-stop-entropy.", choices=STOP_MODES,
+           group="controller"),
     Option("adaptive_stop_threshold", "float", 0.1,
            "Threshold of the per-request stop.", minimum=0.0, maximum=1.0,
            group="controller"),
+    # the most a top-8 entropy can be is ln 8 (adaptive.observations.ENTROPY_TOPK = 8)
+    Option("adaptive_stop_entropy", "float", 1.0,
+           "Entropy threshold (nats) of --adaptive-stop entropy: a draft is cut before the "
+           "first token whose entropy over the drafter's 8 most likely tokens is above it "
+           "(0 = one sure token, ln 8 = 2.08 = eight equally likely ones; 1.0 = about e = 2.7 "
+           "equally likely tokens).",
+           minimum=0.0, maximum=math.log(8), group="controller"),
+    Option("adaptive_dspark_calibration", "path", None,
+           "Start-up calibration grid (JSON, docs/calibration.md) for the budget policy, "
+           "instead of the built-in defaults; measured before the server reports ready.",
+           group="controller"),
+    Option("adaptive_dspark_cost_table_output", "path", None,
+           "Save the cost table the start-up calibration fits to this new file (an existing "
+           "file is refused; the directory must exist).", group="controller"),
+    Option("adaptive_dspark_cost_table", "path", None,
+           "Saved cost table for the budget policy: skip the start-up calibration; the table "
+           "must match --gamma and the running configuration.", group="controller"),
     # ---- observability ---------------------------------------------------------------
     Option("adaptive_trace", "bool", False,
            "Write the decision trace to ./vspec-decisions-<pid>.jsonl (legacy switch; "
@@ -530,7 +549,35 @@ def validate(settings: Settings, source: str = "settings") -> Settings:
             f"{source}: adaptive_policy 'profile' needs adaptive_profile "
             f"({option('adaptive_profile').cli_flag} / {option('adaptive_profile').env})"
         )
+    check_calibration_options(settings, source)
     return settings
+
+
+# Start-up calibration options (budget policy): grid, output, saved table.
+CALIBRATION_OPTIONS = ("adaptive_dspark_calibration", "adaptive_dspark_cost_table_output",
+                        "adaptive_dspark_cost_table")
+
+
+def check_calibration_options(settings: Mapping[str, Any], source: str) -> None:
+    """The start-up calibration options belong to the budget policy; a saved cost table
+    replaces the calibration, so it takes neither a grid nor an output."""
+    budget = settings["adaptive_speculation"] and settings["adaptive_policy"] == "budget"
+    for name in CALIBRATION_OPTIONS:
+        if settings[name] and not budget:
+            what = ("the controller is off" if not settings["adaptive_speculation"]
+                    else f"adaptive_policy is {settings['adaptive_policy']!r}")
+            raise SettingsError(
+                f"{source}: {name} ({option(name).cli_flag} / {option(name).env}) is read by "
+                f"the budget policy only, but {what}"
+            )
+    if settings["adaptive_dspark_cost_table"]:
+        for name in CALIBRATION_OPTIONS[:2]:
+            if settings[name]:
+                raise SettingsError(
+                    f"{source}: {name} ({option(name).cli_flag}) and adaptive_dspark_cost_table "
+                    f"({option('adaptive_dspark_cost_table').cli_flag}) conflict: a saved cost "
+                    f"table skips the start-up calibration"
+                )
 
 
 def check_kmax(settings: Settings, kmax: int, source: str = "settings") -> None:

@@ -132,6 +132,35 @@ def test_observe_bad_result():
         c.observe(_result(0, [(2, 1)], ms=-5.0))
 
 
+@pytest.mark.parametrize("kmax", [0, 1, 8, 15, 16])
+def test_observe_counts_by_hand_at_every_kmax(kmax):
+    """Per-position counts from RequestResults (bytes keys up to kmax 15, a list above) and
+    from arrays agree with a by-hand count; a draft past kmax is refused either way."""
+    rng = np.random.default_rng(kmax)
+    d = rng.integers(0, kmax + 1, 40)
+    a = np.array([rng.integers(0, x + 1) for x in d])
+    tried = [sum(1 for x, y in zip(d, a) if min(x, y + 1) >= j) for j in range(1, kmax + 1)]
+    acc = [sum(1 for y in a if y >= j) for j in range(1, kmax + 1)]
+    objs = Controller(ControllerConfig(kmax=kmax, policy="fixed:0"))
+    arrs = Controller(ControllerConfig(kmax=kmax, policy="fixed:0"))
+    objs.observe(_result(0, list(zip(d.tolist(), a.tolist())), k=kmax))
+    arrs.observe(StepResult(0, 40, kmax, (), 10.0, None, d, a))
+    for c in (objs, arrs):
+        assert c.drafted_total == int(d.sum()) and c.accepted_total == int(a.sum())
+        assert c.acceptance.steps == (1 if kmax and tried[0] else 0)
+        if kmax:  # one update from empty counts: the decayed counts are the step's counts
+            assert c.acceptance.tried == pytest.approx(tried)
+            assert c.acceptance.accepted == pytest.approx(acc)
+    # K = 0 everywhere: nothing reached
+    zero = Controller(ControllerConfig(kmax=kmax, policy="fixed:0"))
+    zero.observe(_result(0, [(0, 0)] * 5, k=0))
+    assert zero.drafted_total == 0 and zero.acceptance.steps == 0
+    with pytest.raises(ValueError, match=f"drafted > kmax={kmax}"):
+        objs.observe(_result(1, [(0, 0), (kmax + 1, 0)]))
+    with pytest.raises(ValueError, match=f"kmax={kmax}"):
+        arrs.observe(StepResult(1, 2, kmax, (), 10.0, None, np.array([0, kmax + 1]), np.array([0, 0])))
+
+
 def test_num_draft_steps_teaches_draft_min_steps():
     c = Controller(ControllerConfig(kmax=2))
     c.observe(StepResult(0, 2, 0, (RequestResult("a", 0, 0), RequestResult("b", 0, 0)), 5.0, 1))

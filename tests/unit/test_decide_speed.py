@@ -1,13 +1,21 @@
 """observe() + decide() cost per step at batch 256, kmax 8: <= 50 microseconds for every
 policy of the registry (``fixed``, ``schedule``, ``sweep``, ``online``, ``profile``,
-``budget`` with and without confidences) and the per-request stop modes.
+``budget`` with and without confidences) and the per-request stop modes (``survival``,
+``confidence``, ``entropy``).
 
 Measured as the mean over 100 steps of this thread's CPU time (so time the scheduler gives
 to other processes does not count), best of 19 rounds after a warm-up round; the
 per-request result objects are built outside the timed region (the engine builds them
 anyway).  Both input forms are covered: one RequestResult per request (with its verified
 drafts' confidences where the batch has confidences), and the array fast path
-(``StepResult.drafted`` / ``accepted`` / ``confidences``)."""
+(``StepResult.drafted`` / ``accepted`` / ``confidences``).
+
+With this harness's step cost (a drafter pass costs 12.8 ms at batch 256) ``budget`` with
+confidences settles on a depth cap of 0: its rounds time the held decisions (no survival
+needed) plus a re-selection every 16th decision and on every probe
+(src/vllm_hust_vspec/adaptive/policies/budget.py, "Selection schedule").  The drafting
+regime (a cheap drafter: depth cap ~3, per-request K_i) is timed by
+``test_budget_drafting_under_50us`` (a known gap: see the comment there)."""
 
 from __future__ import annotations
 
@@ -25,6 +33,7 @@ from vllm_hust_vspec.adaptive import (
 )
 from vllm_hust_vspec.adaptive.generators import generate
 from vllm_hust_vspec.adaptive.policies import registry
+from vllm_hust_vspec.adaptive.policies.stop import STOP_MODES
 from vllm_hust_vspec.adaptive.simulate import profile_for_trace
 
 pytestmark = pytest.mark.unit
@@ -34,19 +43,29 @@ KMAX = 8
 BUDGET_US = 50.0
 
 
-def _mean_us(policy: str, conf: bool = False, arrays: bool = False, steps: int = 100,
-             rounds: int = 20, **kw) -> float:
+def _run(policy: str, conf: bool = False, arrays: bool = False, ent: bool = False,
+         cheap_draft: bool = False, steps: int = 100, rounds: int = 20,
+         **kw) -> tuple[float, list[np.ndarray]]:
+    """Best mean us per step over the rounds, and the K_i arrays of the last round."""
     rng = np.random.default_rng(0)
     ids = tuple(f"req-{i}" for i in range(B))
     confs = rng.random((B, KMAX)) if conf else None
     acc_len = rng.integers(0, KMAX + 1, size=(32, B))
-    view = BatchView(0, ids, None, confs)
+    # top-8 entropies in [0, ln 8): about half the positions above the default 1.0 nats
+    ents = rng.random((B, KMAX)) * np.log(8.0) if ent else None
+    view = BatchView(0, ids, None, confs, ents)
     ctl = Controller(ControllerConfig(kmax=KMAX, policy=policy, **kw))
     best = float("inf")
     clock = time.thread_time_ns  # CPU time of this thread: robust on a shared machine
     step = 0
+    # a drafter pass: 12.8 ms at batch 256 (a drafter half the target's cost per token), or
+    # 0.3 ms (a cheap drafter: budget then drafts a few positions with per-request K_i)
+    draft_ms = 0.3 if cheap_draft else max(1.2, 0.05 * B)
+    token_ms = 0.02 if cheap_draft else 0.3
+    kis: list[np.ndarray] = []
     for rnd in range(rounds):
         spent = 0
+        kis = []
         for _ in range(steps):
             t0 = clock()
             d = ctl.decide(view)
@@ -54,7 +73,8 @@ def _mean_us(policy: str, conf: bool = False, arrays: bool = False, steps: int =
             ki = np.full(B, d.k) if d.k_i is None else np.fromiter(
                 (d.k_i[r] for r in ids), np.int64, B)
             acc = np.minimum(ki, acc_len[step % 32])
-            ms = 3.0 + max(18.0, 0.3 * (B + int(ki.sum()))) + d.k * max(1.2, 0.05 * B)
+            kis.append(ki)
+            ms = 3.0 + max(18.0, token_ms * (B + int(ki.sum()))) + d.k * draft_ms
             if arrays:
                 result = StepResult(step, B, d.k, (), ms, d.k, ki, acc, confs)
             else:
@@ -72,7 +92,11 @@ def _mean_us(policy: str, conf: bool = False, arrays: bool = False, steps: int =
             step += 1
         if rnd:  # round 0 is warm-up (model fits while samples are few)
             best = min(best, spent / steps / 1000.0)
-    return best
+    return best, kis
+
+
+def _mean_us(policy: str, **kw) -> float:
+    return _run(policy, **kw)[0]
 
 
 @pytest.fixture(scope="module")
@@ -82,15 +106,6 @@ def profile_path(tmp_path_factory):
     return str(path)
 
 
-_BUDGET_CONF_SLOW = pytest.mark.xfail(
-    reason="known gap (issue 3): budget with per-position confidences measures ~105-140 us "
-           "per step at batch 256 (the confidence calibration update and the per-slot "
-           "admission)",
-    strict=False)
-_NEAR_LIMIT = pytest.mark.xfail(
-    reason="known gap (issue 3): profile and budget without confidences measure 43-57 us on "
-           "a quiet 2-core machine, too close to 50 us to assert without flakiness",
-    strict=False)
 CASES = [
     ("fixed:3", {}),
     ("schedule:1-4:4,5-64:2,65-1024:1", {}),
@@ -100,24 +115,37 @@ CASES = [
     ("online", {"stop": "confidence", "conf": True}),
     ("online", {"stop": "survival", "conf": True}),
     ("online", {"arrays": True}),
-    pytest.param("profile", {}, marks=_NEAR_LIMIT),
-    pytest.param("profile", {"stop": "survival", "conf": True}, marks=_NEAR_LIMIT),
-    pytest.param("budget", {}, marks=_NEAR_LIMIT),
-    pytest.param("budget", {"conf": True}, marks=_BUDGET_CONF_SLOW),
-    pytest.param("budget", {"conf": True, "arrays": True}, marks=_BUDGET_CONF_SLOW),
-    pytest.param("budget", {"conf": True, "stop": "confidence"}, marks=_BUDGET_CONF_SLOW),
+    ("online", {"stop": "entropy", "ent": True}),
+    ("profile", {}),
+    ("profile", {"stop": "survival", "conf": True}),
+    ("profile", {"stop": "entropy", "ent": True}),
+    ("budget", {}),
+    ("budget", {"conf": True}),
+    ("budget", {"conf": True, "arrays": True}),
+    ("budget", {"conf": True, "stop": "confidence"}),
+    ("budget", {"conf": True, "stop": "entropy", "ent": True}),
 ]
 IDS = ["fixed", "schedule", "sweep", "online", "online+stop-survival",
-       "online+stop-confidence", "online+stop-survival-conf", "online-arrays", "profile",
-       "profile+stop-survival-conf", "budget", "budget+conf", "budget+conf-arrays",
-       "budget+conf+stop-confidence"]
+       "online+stop-confidence", "online+stop-survival-conf", "online-arrays",
+       "online+stop-entropy", "profile", "profile+stop-survival-conf", "profile+stop-entropy",
+       "budget", "budget+conf", "budget+conf-arrays", "budget+conf+stop-confidence",
+       "budget+conf+stop-entropy"]
 
 
 def test_cases_cover_every_registered_policy():
     # the product's policies (other tests may register their own)
     builtin = {name for name in registry.policy_names()
                if registry._REGISTRY[name].__module__.startswith("vllm_hust_vspec.")}
-    assert {(c.values if hasattr(c, "values") else c)[0].split(":", 1)[0] for c in CASES} == builtin
+    assert {_values(c)[0].split(":", 1)[0] for c in CASES} == builtin
+    assert len(IDS) == len(CASES)
+
+
+def test_cases_cover_every_stop_mode():
+    assert {_values(c)[1].get("stop", "off") for c in CASES} == set(STOP_MODES)
+
+
+def _values(case):
+    return case.values if hasattr(case, "values") else case
 
 
 @pytest.mark.parametrize("policy, kw", CASES, ids=IDS)
@@ -125,6 +153,36 @@ def test_observe_decide_under_50us(policy, kw, profile_path):
     kw = dict(kw)
     if policy == "profile":
         kw["profile"] = profile_path
-    us = _mean_us(policy, conf=kw.pop("conf", False), arrays=kw.pop("arrays", False), **kw)
+    us = _mean_us(policy, conf=kw.pop("conf", False), arrays=kw.pop("arrays", False),
+                  ent=kw.pop("ent", False), **kw)
     print(f"{policy} {kw}: {us:.1f} us/step")
     assert us <= BUDGET_US, f"{policy} {kw}: {us:.1f} us per step > {BUDGET_US}"
+
+
+# ``budget`` in its drafting regime: with a cheap drafter (0.3 ms a pass, 0.02 ms a verified
+# token) it settles on a depth cap of about 3 and per-request K_i from each request's
+# confidences, so every decision computes the survival of every request and builds a K_i
+# dict, and observe() learns the confidence calibration from verified drafts.
+#
+# KNOWN GAP (issue 3, 50 us target): this regime measures ~80-84 us per step with one
+# RequestResult per request and ~70-72 us with the arrays (2026-11-29, 2-core CPU host;
+# held decision ~40 us, re-selection ~80-95 us on ~13% of decisions, observe() ~30-33 us:
+# the per-request counting pass, the calibration update of 16 requests, the step-cost fit),
+# against ~85-95 us before the selection schedule was relaxed.  Until it is met, the time
+# check is a non-strict xfail reporting the measured number; the regime checks (non-zero,
+# varying K_i) are strict.
+DRAFTING = [{}, {"arrays": True}]
+
+
+@pytest.mark.parametrize("kw", DRAFTING, ids=["requests", "arrays"])
+def test_budget_drafting_under_50us(kw):
+    us, kis = _run("budget", conf=True, cheap_draft=True, **kw)
+    drafted = [ki for ki in kis if ki.max() > 0]
+    # the timed regime really drafts, with K_i that differ between requests
+    assert len(drafted) >= 0.9 * len(kis), f"only {len(drafted)}/{len(kis)} decisions draft"
+    assert sum(len(np.unique(ki)) > 1 for ki in drafted) >= 0.5 * len(drafted)
+    assert 1.0 <= np.mean([ki.mean() for ki in drafted]) < KMAX - 1
+    print(f"budget drafting {kw}: {us:.1f} us/step")
+    if us > BUDGET_US:
+        pytest.xfail(f"known gap: budget drafting {kw}: {us:.1f} us per step > {BUDGET_US} "
+                     "(see the comment above this test)")

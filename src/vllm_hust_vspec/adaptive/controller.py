@@ -19,7 +19,7 @@ mapping of option names):
   decisions (the previous decision is repeated in between, its K_i re-mapped to the batch);
 * ``hysteresis``, ``max_gamma_step``, ``exploration``, ``warmup_samples``: online policy;
 * ``ewma_weight``: decay of the acceptance estimator; ``window``: step-cost samples kept;
-* ``stop``/``stop_threshold``: per-request stop (:mod:`.policies.stop`);
+* ``stop``/``stop_threshold``/``stop_entropy``: per-request stop (:mod:`.policies.stop`);
 * ``trace``: keep decision-trace records for :meth:`Controller.drain_records`.
 
 Cost: observe()+decide() is a few tens of microseconds at batch 256 (tests/unit/
@@ -46,10 +46,10 @@ from .estimators import (
     position_counts,
     position_counts_arrays,
 )
-from .observations import BatchView, Decision, StepResult
+from .observations import ENTROPY_TOPK, BatchView, Decision, StepResult
 from .policies.base import PolicyContext
 from .policies.registry import make_policy
-from .policies.stop import STOP_MODES, StopRule
+from .policies.stop import MAX_ENTROPY, STOP_MODES, StopRule
 from .trace import decision_record, header_record, result_record
 
 
@@ -67,6 +67,7 @@ class ControllerConfig:
     window: int = 256
     stop: str = "off"
     stop_threshold: float = 0.1
+    stop_entropy: float = 1.0  # nats, the entropy stop's threshold (see .policies.stop)
     seed: int = 0
     fixed_gamma: int | None = None
     schedule: str | None = None
@@ -96,6 +97,7 @@ class ControllerConfig:
         "adaptive_online_window": "window",
         "adaptive_stop": "stop",
         "adaptive_stop_threshold": "stop_threshold",
+        "adaptive_stop_entropy": "stop_entropy",
     }
 
     @classmethod
@@ -137,6 +139,9 @@ class ControllerConfig:
             raise bad("stop", f"must be one of {', '.join(STOP_MODES)}")
         if not 0.0 <= self.stop_threshold <= 1.0:
             raise bad("stop_threshold", "must be in [0, 1]")
+        if not 0.0 <= self.stop_entropy <= MAX_ENTROPY:
+            raise bad("stop_entropy", f"must be in [0, {MAX_ENTROPY:g}] nats (ln {ENTROPY_TOPK} is the most "
+                      f"a top-{ENTROPY_TOPK} entropy can be)")
 
     def as_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
@@ -184,11 +189,17 @@ class Controller:
             ewma_weight=config.ewma_weight,
         )
         self.policy = make_policy(config.policy, kmax, **cfg)
-        self.stop = StopRule(config.stop, config.stop_threshold) if config.stop != "off" else None
-        self._trusted = bool(getattr(type(self.policy), "trusted", False))
-        self._want_calibration = self.stop is not None or bool(
-            getattr(self.policy, "uses_confidences", False)
+        self.stop = (
+            StopRule(config.stop, config.stop_threshold, config.stop_entropy)
+            if config.stop != "off" else None
         )
+        self._trusted = bool(getattr(type(self.policy), "trusted", False))
+        policy_conf = bool(getattr(self.policy, "uses_confidences", False))
+        # the calibration is read by the budget policy and the survival stop only
+        self._want_calibration = policy_conf or config.stop == "survival"
+        self._want_conf = self._want_calibration or config.stop == "confidence"
+        self._interval = config.control_interval
+        self._trace = config.trace
         self._last: Decision | None = None
         self._records: list[dict[str, Any]] = []
         # stats
@@ -201,6 +212,18 @@ class Controller:
         self.drafted_total = 0
         self.timed_ms = 0.0
         self.timed_committed = 0
+
+    @property
+    def wants_confidences(self) -> bool:
+        """True when the policy or the stop uses draft confidences (and the calibration is
+        kept): the engine asks its drafters for them only then."""
+        return self._want_conf
+
+    @property
+    def wants_entropies(self) -> bool:
+        """True when the stop rule reads the drafts' top-k entropies (``stop="entropy"``):
+        the engine fills ``BatchView.entropies`` only then."""
+        return self.stop is not None and self.stop.mode == "entropy"
 
     # ------------------------------------------------------------------ observe
     def observe(self, result: StepResult) -> None:
@@ -217,6 +240,9 @@ class Controller:
         else:
             tried = None
             dsum = asum = n = 0
+        # the policy may reuse the drafted total (see PolicyContext.step_counts)
+        self.ctx.step_counts = (result, dsum) if tried is not None and (
+            result.drafted is None or result.accepted is not None) else None
         if tried is not None and kmax and tried[0]:
             self.acceptance.update_counts(tried, acc)
         else:
@@ -243,7 +269,8 @@ class Controller:
         self.accepted_total += asum
         self.drafted_total += dsum
         self.policy.observe(result, self.ctx)
-        if self.config.trace:
+        self.ctx.step_counts = None
+        if self._trace:
             self._records.append(result_record(result, dsum, asum))
 
     # ------------------------------------------------------------------ decide
@@ -251,7 +278,7 @@ class Controller:
         """K (and optionally K_i) for the requests of ``batch``."""
         ctx = self.ctx
         last = self._last
-        if last is not None and ctx.decisions % self.config.control_interval != 0:
+        if last is not None and ctx.decisions % self._interval != 0:
             d = self._repeat(last, batch)
         else:
             d = self.policy.decide(batch, ctx)
@@ -263,7 +290,7 @@ class Controller:
         ctx.last_k = d.k
         self.k_hist[d.k] += 1
         self.decisions += 1
-        if self.config.trace:
+        if self._trace:
             self._records.append(decision_record(batch.step, time.time(), len(batch.req_ids), d))
         return d
 

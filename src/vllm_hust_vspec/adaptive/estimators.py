@@ -21,6 +21,7 @@ Pure Python + numpy; no vLLM, no torch.
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Sequence
 
 import numpy as np
@@ -42,13 +43,27 @@ def position_counts(
     ``drafted > kmax`` raises :class:`ValueError`.
     """
     stride = kmax + 1
-    hist = [0] * (stride * stride)  # hist[d * stride + a]
-    try:
-        for x in results:
-            hist[x.drafted * stride + x.accepted] += 1
-    except IndexError:
-        bad = next((x for x in results if x.drafted > kmax), None)
-        raise ValueError(f"bad request result {bad!r}: drafted > kmax={kmax}") from None
+    size = stride * stride
+    if size <= 256:  # keys fit a byte: one list comprehension, one bincount
+        try:
+            keys = bytes([x.drafted * stride + x.accepted for x in results])
+        except ValueError:  # a key past 255: drafted > kmax
+            keys = None
+        hist = None if keys is None else np.bincount(np.frombuffer(keys, np.uint8), minlength=size)
+        if hist is None or len(hist) > size:
+            bad = next((x for x in results if x.drafted > kmax), None)
+            raise ValueError(f"bad request result {bad!r}: drafted > kmax={kmax}")
+    else:
+        counts = [0] * size  # counts[d * stride + a]
+        try:
+            for x in results:
+                counts[x.drafted * stride + x.accepted] += 1
+        except IndexError:
+            bad = next((x for x in results if x.drafted > kmax), None)
+            raise ValueError(f"bad request result {bad!r}: drafted > kmax={kmax}") from None
+        hist = np.array(counts, dtype=np.int64)
+    if hist[0] == len(results):  # nothing drafted (K = 0): nothing reached
+        return [0] * kmax, [0] * kmax, 0, 0
     return _fold(hist, kmax)
 
 
@@ -58,39 +73,45 @@ def position_counts_arrays(drafted, accepted, kmax: int) -> tuple[list[int], lis
     a = np.asarray(accepted, dtype=np.int64)
     if d.shape != a.shape or d.ndim != 1:
         raise ValueError(f"drafted/accepted arrays must be 1-D and aligned, got {d.shape}, {a.shape}")
-    if len(d) and (a.min() < 0 or (a > d).any() or d.max() > kmax):
-        raise ValueError(f"bad per-request counts: need 0 <= accepted <= drafted <= kmax={kmax}")
     stride = kmax + 1
-    hist = np.bincount(d * stride + a, minlength=stride * stride).tolist()
+    if not len(d):
+        return _fold(np.zeros(stride * stride, dtype=np.int64), kmax)
+    # with 0 <= accepted <= drafted, a key lands past the table iff drafted > kmax
+    if a.min() < 0 or (a > d).any():
+        raise ValueError(f"bad per-request counts: need 0 <= accepted <= drafted <= kmax={kmax}")
+    hist = np.bincount(d * stride + a, minlength=stride * stride)
+    if len(hist) > stride * stride:
+        raise ValueError(f"bad per-request counts: need 0 <= accepted <= drafted <= kmax={kmax}")
+    if hist[0] == len(d):  # nothing drafted (K = 0): nothing reached
+        return [0] * kmax, [0] * kmax, 0, 0
     return _fold(hist, kmax)
 
 
-def _fold(hist: list[int], kmax: int) -> tuple[list[int], list[int], int, int]:
-    stride = kmax + 1
-    n = kmax + 2
-    hist_acc = [0] * n  # requests whose accepted == a
-    hist_reach = [0] * n  # requests whose deepest reached position == r
-    drafted_total = 0
-    idx = 0
-    for c in hist:
-        if c:
-            d, a = divmod(idx, stride)
-            drafted_total += d * c
-            hist_acc[a] += c
-            hist_reach[a + 1 if d > a else d] += c
-        idx += 1
-    tried = [0] * kmax
-    acc = [0] * kmax
-    run_r = 0
-    run_a = 0
-    accepted_total = 0
-    for j in range(kmax, 0, -1):
-        run_r += hist_reach[j]
-        run_a += hist_acc[j]
-        tried[j - 1] = run_r
-        acc[j - 1] = run_a
-        accepted_total += run_a
-    return tried, acc, drafted_total, accepted_total
+_FOLD: dict[int, np.ndarray] = {}
+
+
+def _fold_matrix(kmax: int) -> np.ndarray:
+    """Integer matrix mapping the (drafted, accepted) histogram (``d * (kmax + 1) + a``) to
+    ``[tried_1..tried_kmax, accepted_1..accepted_kmax, drafted_total, accepted_total]``:
+    a request reaches positions ``1..min(drafted, accepted + 1)`` and accepts ``1..accepted``."""
+    m = _FOLD.get(kmax)
+    if m is None:
+        stride = kmax + 1
+        m = np.zeros((stride * stride, 2 * kmax + 2), dtype=np.int64)
+        for d in range(stride):
+            for a in range(d + 1):
+                row = m[d * stride + a]
+                row[: min(d, a + 1)] = 1
+                row[kmax : kmax + a] = 1
+                row[2 * kmax] = d
+                row[2 * kmax + 1] = a
+        _FOLD[kmax] = m
+    return m
+
+
+def _fold(hist: np.ndarray, kmax: int) -> tuple[list[int], list[int], int, int]:
+    out = (hist @ _fold_matrix(kmax)).tolist()  # one integer matmul, Python ints out
+    return out[:kmax], out[kmax : 2 * kmax], out[2 * kmax], out[2 * kmax + 1]
 
 
 # ----------------------------------------------------------------------------- acceptance
@@ -444,6 +465,11 @@ class StepCostModel:
         if (not self.fitted or self._since_fit >= due) and self.ready:
             self.fit()
 
+    def ensure_fitted(self) -> bool:
+        """Refit when due (as :meth:`predict` does); True when a fitted model exists."""
+        self._maybe_fit()
+        return self.fitted
+
     # -- prediction
     def _corrected(self, batch: int, t: int, d: int, model: float) -> float:
         """Blend the model with the cell's own recent mean where the cell has data."""
@@ -500,8 +526,8 @@ class ConfidenceCalibrator:
     Counts per bin are decayed by ``1 - weight`` per update; an empty bin falls back to the
     confidence itself (prior strength ``prior_strength``).  The map is made non-decreasing
     with pool-adjacent-violators after each update (only when it is not already).
-    ``max_requests`` bounds the work per step (a rotating subset of the batch is used).
-    :meth:`update_arrays` is vectorised (one ``bincount`` per step); the table the
+    ``max_requests`` bounds the work per step (a rotating subset of the batch is used, so
+    both update paths are tight Python loops over at most that many rows); the table the
     policies read is refreshed every ``REFRESH_EVERY`` updates.
     """
 
@@ -518,15 +544,26 @@ class ConfidenceCalibrator:
         self.decay = 1.0 - weight
         self.prior_strength = prior_strength
         self.max_requests = max_requests
-        self.tried = np.zeros(bins)
-        self.accepted = np.zeros(bins)
+        # decayed counts per bin: reached (tried) and accepted; a few bins, so plain lists
+        # (a step's decay and update cost less than numpy calls)
+        self._tried = [0.0] * bins
+        self._accepted = [0.0] * bins
         self.samples = 0
         self._offset = 0
-        self._prior = (np.arange(bins) + 0.5) / bins * prior_strength
+        self._prior = ((np.arange(bins) + 0.5) / bins * prior_strength).tolist()
         self._array = (np.arange(bins) + 0.5) / bins
         self._table: list[float] = self._array.tolist()
         self._dirty = 0  # updates since the table was refreshed
-        self._pos = np.arange(0)
+
+    @property
+    def tried(self) -> np.ndarray:
+        """Decayed number of reached draft positions per bin (a copy)."""
+        return np.array(self._tried)
+
+    @property
+    def accepted(self) -> np.ndarray:
+        """Decayed number of accepted draft positions per bin (a copy)."""
+        return np.array(self._accepted)
 
     def _bin(self, c: float) -> int:
         i = int(c * self.bins)
@@ -535,9 +572,9 @@ class ConfidenceCalibrator:
     def add(self, confidence: float, accepted: bool) -> None:
         """One reached draft position (no decay, no table refresh: see :meth:`update`)."""
         i = self._bin(confidence)
-        self.tried[i] += 1.0
+        self._tried[i] += 1.0
         if accepted:
-            self.accepted[i] += 1.0
+            self._accepted[i] += 1.0
         self.samples += 1
 
     def _subset(self, n: int) -> tuple[int, int]:
@@ -567,28 +604,35 @@ class ConfidenceCalibrator:
             if not conf:
                 continue
             a = x.accepted
-            reach = x.drafted
-            if reach > a + 1:
-                reach = a + 1
-            if reach > len(conf):
-                reach = len(conf)
-            samples += reach
-            for j in range(reach):
-                i = int(conf[j] * bins)
+            width = len(conf)
+            if a > width:
+                a = width
+            # positions 1..a accepted; position a + 1 rejected when it was drafted
+            for c in conf[:a] if a < width else conf:
+                i = int(c * bins)
                 if i > top:
                     i = top
                 elif i < 0:
                     i = 0
                 tried[i] += 1
-                if j < a:
-                    acc[i] += 1
+                acc[i] += 1
+            samples += a
+            if x.drafted > a and width > a:
+                i = int(conf[a] * bins)
+                if i > top:
+                    i = top
+                elif i < 0:
+                    i = 0
+                tried[i] += 1
+                samples += 1
         d = self.decay
-        self.tried *= d
-        self.accepted *= d
         if samples:
-            self.tried += tried
-            self.accepted += acc
+            self._tried = [x * d + y for x, y in zip(self._tried, tried)]
+            self._accepted = [x * d + y for x, y in zip(self._accepted, acc)]
             self.samples += samples
+        else:
+            self._tried = [x * d for x in self._tried]
+            self._accepted = [x * d for x in self._accepted]
         self._dirty += 1
 
     def update_arrays(self, confidences, drafted, accepted) -> None:
@@ -605,49 +649,44 @@ class ConfidenceCalibrator:
             rows: slice | np.ndarray = slice(start, start + take)
         else:
             rows = np.arange(start, start + take) % n
-        conf = conf[rows]
-        d = np.asarray(drafted)[rows]
-        a = np.asarray(accepted)[rows]
-        pos = self._positions(conf.shape[1])
-        reach = np.minimum(d, a + 1)[:, None]
-        self._learn(conf, (pos < reach).view(np.int8) + (pos < a[:, None]).view(np.int8))
-
-    def _positions(self, width: int) -> np.ndarray:
-        pos = self._pos
-        if len(pos) != width:
-            pos = self._pos = np.arange(width)
-        return pos
-
-    def _learn(self, conf, state) -> None:
-        """Decay and add the positions' bins (``state``: 0 not reached, 1 reached and
-        rejected, 2 accepted; one bincount for both counts); the table is refreshed lazily."""
+        width = conf.shape[1]
+        bins = self.bins
+        top = bins - 1
+        rejected = [0] * bins
+        acc = [0] * bins
+        for row, d, a in zip(conf[rows].tolist(), np.asarray(drafted)[rows].tolist(),
+                             np.asarray(accepted)[rows].tolist()):
+            reach = a + 1 if d > a else d
+            if reach > width:
+                reach = width
+            for j in range(reach):
+                x = row[j] * bins
+                # as numpy's float -> int cast: truncation; non-finite values to bin 0
+                i = int(x) if -9.2e18 < x < 9.2e18 else 0
+                if i > top:
+                    i = top
+                elif i < 0:
+                    i = 0
+                if j < a:
+                    acc[i] += 1
+                else:
+                    rejected[i] += 1
+        # decay, then add the rejected and the accepted positions (in this order)
         d = self.decay
-        self.tried *= d
-        self.accepted *= d
-        if conf is not None:
-            bins = self.bins
-            b = (conf * bins).astype(np.intp)
-            np.minimum(b, bins - 1, out=b)
-            np.maximum(b, 0, out=b)
-            b *= 3
-            b += state
-            cnt = np.bincount(b.ravel(), minlength=3 * bins).reshape(bins, 3)
-            self.tried += cnt[:, 1]
-            self.tried += cnt[:, 2]
-            self.accepted += cnt[:, 2]
-            self.samples += int(cnt[:, 1:].sum())
+        self._tried = [x * d + r + y for x, r, y in zip(self._tried, rejected, acc)]
+        self._accepted = [x * d + y for x, y in zip(self._accepted, acc)]
+        self.samples += sum(rejected) + sum(acc)
         self._dirty += 1
 
     def _refresh(self) -> None:
         self._dirty = 0
         w = self.prior_strength
-        raw = (self.accepted + self._prior) / (self.tried + w)
-        if (raw[1:] >= raw[:-1]).all():
-            self._array = raw
-            self._table = raw.tolist()
-        else:
-            self._table = _pav(raw.tolist(), (self.tried + w).tolist())
-            self._array = np.array(self._table)
+        tw = [t + w for t in self._tried]
+        vals = [(a + p) / t for a, p, t in zip(self._accepted, self._prior, tw)]
+        if not all(map(operator.le, vals, vals[1:])):
+            vals = _pav(vals, tw)
+        self._table = vals
+        self._array = np.array(vals)
 
     def calibrate(self, confidence: float) -> float:
         """Estimated acceptance probability of a draft token with this confidence."""
@@ -674,15 +713,22 @@ REFRESH_EVERY = 2  # updates between refreshes of the table the policies read (t
 
 def _pav(values: Sequence[float], weights: Sequence[float]) -> list[float]:
     """Pool adjacent violators: the weighted non-decreasing fit of ``values``."""
-    blocks: list[list[float]] = []  # [mean, weight, count]
+    means: list[float] = []  # one entry per pooled block
+    wsum: list[float] = []
+    count: list[int] = []
     for v, w in zip(values, weights):
-        blocks.append([v, w, 1])
-        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
-            v2, w2, c2 = blocks.pop()
-            v1, w1, c1 = blocks[-1]
-            tw = w1 + w2
-            blocks[-1] = [(v1 * w1 + v2 * w2) / tw, tw, c1 + c2]
+        c = 1
+        while means and means[-1] > v:  # merge the previous block into this one
+            v1 = means.pop()
+            w1 = wsum.pop()
+            tw = w1 + w
+            v = (v1 * w1 + v * w) / tw
+            w = tw
+            c += count.pop()
+        means.append(v)
+        wsum.append(w)
+        count.append(c)
     out: list[float] = []
-    for v, _w, c in blocks:
-        out.extend([v] * int(c))
+    for v, c in zip(means, count):
+        out.extend([v] * c)
     return out

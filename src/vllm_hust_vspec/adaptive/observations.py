@@ -23,6 +23,10 @@ Extensions (backward compatible):
     then carries the verified drafts' confidences for the calibration.
   * ``BatchView.confidences`` may also be a 2-D numpy array of shape ``(batch, width)``
     aligned with ``req_ids`` (rows padded with 0.0); this avoids building a dict per step.
+  * ``BatchView.entropies``: per-position draft top-k entropies for the ``entropy`` stop, in
+    the same two forms as ``confidences``: the entropy in nats of the draft distribution
+    renormalised over its ``ENTROPY_TOPK`` most likely tokens (0 = sure, at most
+    ``ln(ENTROPY_TOPK)``).
 """
 
 from __future__ import annotations
@@ -30,6 +34,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+# k of the top-k entropies in ``BatchView.entropies`` (what the drafters compute)
+ENTROPY_TOPK = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +89,8 @@ class BatchView:
     # optional per-request next-draft confidences: {req_id: [c_1, c_2, ...]} or a 2-D numpy
     # array aligned with req_ids (see the module docstring)
     confidences: Mapping[str, Sequence[float]] | Any | None = None
+    # optional per-request next-draft top-8 entropies (nats), same forms as ``confidences``
+    entropies: Mapping[str, Sequence[float]] | Any | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,6 +19,7 @@ from vllm_hust_vspec.launcher.toml_config import ConfigFile, load_config
 DEFAULT = "default"
 DEFAULT_GAMMA = 4
 DEFAULT_GAMMA_MTP = 6
+_CALIBRATION_OPTIONS = settings.CALIBRATION_OPTIONS  # grid, output, saved table
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,6 +102,10 @@ def resolve(argv: Sequence[str], environ: Mapping[str, str]) -> Resolved:
     if merged["adaptive_profile"] and sources["adaptive_policy"] == DEFAULT:
         merged["adaptive_policy"] = "profile"
         sources["adaptive_policy"] = f"implied by {sources['adaptive_profile']}"
+    for name in _CALIBRATION_OPTIONS:
+        if merged[name] and sources["adaptive_policy"] == DEFAULT:
+            merged["adaptive_policy"] = "budget"
+            sources["adaptive_policy"] = f"implied by {sources[name]}"
 
     platform_explicit = merged["target_platform"] is not None
     platform = merged["target_platform"] or detect_platform()
@@ -115,6 +120,7 @@ def resolve(argv: Sequence[str], environ: Mapping[str, str]) -> Resolved:
         settings.validate(values, source="options")
         if method != "none":
             settings.check_kmax(values, merged["gamma"], source="options")
+            _check_calibration_files(values, sources)
     except settings.SettingsError as exc:
         raise LaunchError(str(exc)) from None
 
@@ -122,6 +128,19 @@ def resolve(argv: Sequence[str], environ: Mapping[str, str]) -> Resolved:
     return Resolved(values=values, sources=sources, config=config, protocol=protocol,
                     platform=platform, platform_explicit=platform_explicit,
                     extra_args=tuple(extra), target=target, draft=draft)
+
+
+def _check_calibration_files(values: settings.Settings, sources: Mapping[str, str]) -> None:
+    """The start-up calibration's files, before anything runs: the calibration grid's
+    format, fields, ranges and width (= --gamma), the cost table's format, fields and width,
+    and that the cost-table output is a new file in an existing directory.  The engine
+    repeats them with what only it knows (KV capacity, captured graphs, model identity)."""
+    if values.adaptive_policy != "budget":
+        return  # any calibration option with another policy was refused as a conflict
+    from vllm_hust_vspec.calibration import calibration_settings  # numpy: only when used
+
+    calibration_settings(values, draft_width=values.gamma, max_model_len=values.max_model_len,
+                         max_num_seqs=values.max_num_seqs, sources=sources)
 
 
 def _check_protocol(protocol: Protocol, merged: dict[str, Any], sources: dict[str, str]) -> None:
@@ -189,10 +208,21 @@ def _check_conflicts(merged: Mapping[str, Any], sources: Mapping[str, str], plat
         raise _conflict(sources["prompt_lookup_min"], sources["prompt_lookup_max"],
                         f"prompt_lookup_min={lo} exceeds prompt_lookup_max={hi}")
     if not merged["adaptive_speculation"]:
-        for name in ("adaptive_policy", "adaptive_profile", "adaptive_stop"):
+        for name in ("adaptive_policy", "adaptive_profile", "adaptive_stop",
+                     *_CALIBRATION_OPTIONS):
             if _set_by_user(sources, name) and _set_by_user(sources, "adaptive_speculation"):
                 raise _conflict(sources["adaptive_speculation"], sources[name],
                                 "the controller is off, so it has no policy to choose")
+    for name in _CALIBRATION_OPTIONS:
+        if merged[name] and merged["adaptive_policy"] != "budget":
+            raise _conflict(sources[name], sources["adaptive_policy"],
+                            f"{name} is read by the budget policy only, not "
+                            f"{merged['adaptive_policy']!r}")
+    if merged["adaptive_dspark_cost_table"]:
+        for name in _CALIBRATION_OPTIONS[:2]:
+            if merged[name]:
+                raise _conflict(sources["adaptive_dspark_cost_table"], sources[name],
+                                "a saved cost table skips the start-up calibration")
     if merged["adaptive_profile"] and merged["adaptive_policy"] != "profile":
         raise _conflict(sources["adaptive_profile"], sources["adaptive_policy"],
                         f"adaptive_profile is read by the profile policy only, not "

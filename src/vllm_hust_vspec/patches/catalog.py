@@ -13,12 +13,17 @@ from vllm_hust_vspec.patches import (
     async_placeholders,
     capture_sizes,
     cpu_expand_kernel,
+    draft_confidence_propose,
+    draft_confidence_request,
+    draft_confidence_sample,
+    draft_confidence_take,
     draft_trim,
     requirements_ascend,
     requirements_hust,
     scheduler_k,
     spec_stats,
     speculative_config,
+    startup_calibration,
     step_output,
 )
 from vllm_hust_vspec.patches.registry import Patch
@@ -32,7 +37,12 @@ _MODULES: tuple[ModuleType, ...] = (
     step_output,
     draft_trim,
     async_placeholders,
+    draft_confidence_request,
+    draft_confidence_sample,
+    draft_confidence_propose,
+    draft_confidence_take,
     cpu_expand_kernel,
+    startup_calibration,
 )
 
 

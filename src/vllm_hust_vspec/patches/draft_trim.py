@@ -1,8 +1,10 @@
 """Patch ``Scheduler.update_draft_token_ids``: per-request draft lengths K_i (sync scheduling).
 
 What:   wraps ``vllm.v1.core.sched.scheduler.Scheduler.update_draft_token_ids``; each
-        request's fresh drafts are cut to the K_i the controller chose for it this step (and
-        to the step's K for methods whose drafter always makes Kmax tokens).
+        request's fresh drafts are cut to the K_i the controller chose for it (and to the
+        step's K for methods whose drafter always makes Kmax tokens).  Draft confidences the
+        workers attached (``draft-confidence-take``) go to the runtime with the drafts: with
+        them the K_i are chosen here, from the drafts that will be verified.
 Why:    the scheduler schedules whatever list length a request carries and the rejection
         sampler is ragged, so a shorter list saves its verification.  The drafter still ran
         max K_i steps for the whole batch.
@@ -36,8 +38,11 @@ def make(original: Any) -> Any:
     def update_draft_token_ids(self: Any, draft_token_ids: Any) -> None:
         runtime = self.__dict__.get("_vspec_runtime")
         if runtime is not None:
+            # draft confidences/entropies, when the workers sent them (draft-confidence-take)
             trimmed = runtime.trim_drafts(draft_token_ids.req_ids,
-                                          draft_token_ids.draft_token_ids)
+                                          draft_token_ids.draft_token_ids,
+                                          getattr(draft_token_ids, "vspec_confidences", None),
+                                          getattr(draft_token_ids, "vspec_entropies", None))
             if trimmed is not None:
                 draft_token_ids = type(draft_token_ids)(list(draft_token_ids.req_ids), trimmed)
         return original(self, draft_token_ids)

@@ -3,25 +3,33 @@
 The patches call in here (``scheduler-k`` -> :func:`attach`; ``spec-stats`` ->
 :meth:`EngineRuntime.on_verified`; ``step-output`` -> :meth:`EngineRuntime.before_output` /
 :meth:`EngineRuntime.after_output`; ``draft-trim`` / ``async-placeholders`` ->
-:meth:`EngineRuntime.trim_drafts` / :meth:`EngineRuntime.draft_limit`).
+:meth:`EngineRuntime.trim_drafts` / :meth:`EngineRuntime.draft_limit`;
+``draft-confidence-request`` -> :attr:`EngineRuntime.wants_draft_signals`).
 
 Step timeline (synchronous scheduling, the CPU host): ``schedule()`` of step ``s`` asks
 :class:`KLookup` for K_s (the decision is traced); the workers verify the drafts of step
 ``s-1`` and draft K_s tokens; ``update_from_output`` of step ``s`` brings the verification
 results (drafted counts follow K_{s-1}) and the wall time from the decision to the output;
 ``update_draft_token_ids`` then cuts each request's new drafts to its K_i.
+
+With draft confidences (the controller uses them: ``budget`` policy, a per-request stop; sync
+scheduling; see docs/confidence.md) the decision moves to the drafts it is about:
+``update_draft_token_ids`` of step ``s`` brings the drafts of step ``s`` with their confidences,
+the controller decides there (one decision per step, traced as step ``s+1``), the drafts are
+cut to its K_i, and ``schedule()`` of step ``s+1`` takes its K as the batch draft depth.
 """
 
 from __future__ import annotations
 
 import collections
+import dataclasses
 import logging
 import os
 import time
 from typing import Any
 
 from vllm_hust_vspec import settings as settings_mod
-from vllm_hust_vspec.adaptive.observations import BatchView, RequestResult, StepResult
+from vllm_hust_vspec.adaptive.observations import BatchView, Decision, RequestResult, StepResult
 from vllm_hust_vspec.backends.methods import draft_forwards, varies_k
 from vllm_hust_vspec.runtime.announce import announce
 from vllm_hust_vspec.runtime.controller_factory import (
@@ -31,9 +39,20 @@ from vllm_hust_vspec.runtime.controller_factory import (
 )
 from vllm_hust_vspec.runtime.decision_trace import DecisionTrace, trace_path
 from vllm_hust_vspec.runtime.recorder import TraceRecorder
+from vllm_hust_vspec.runtime.step_clock import StepClock
 from vllm_hust_vspec.settings import SettingsError
 
 logger = logging.getLogger("vllm_hust_vspec")
+
+
+@dataclasses.dataclass(frozen=True)
+class CalibrationStep:
+    """One engine step under a forced calibration width."""
+
+    t: float  # perf_counter() when the step's model output reached the scheduler
+    batch: int  # requests scheduled
+    rows: int  # tokens scheduled = target rows G (B x (width + 1) in a pure decode step)
+    prefill: bool  # some request was (chunk-)prefilling
 
 
 class KLookup:
@@ -64,6 +83,15 @@ class EngineRuntime:
             trace=True,
         )
         self.policy = self.controller.config.policy
+        # draft confidences: asked of the workers only when the controller uses them, and only
+        # under synchronous scheduling (where the drafts come back to the engine core)
+        self._sync = not getattr(scheduler.scheduler_config, "async_scheduling", False)
+        self._wants_conf = _wants_signals(self.controller) and self._sync
+        self._next: Decision | None = None  # decided at update_draft_token_ids, for schedule()
+        # confidences / entropies of each request's drafts awaiting verification
+        self._draft_conf: dict[str, tuple[Any, Any]] = {}
+        # confidence and entropy of verified draft positions: sums and count, accepted / rejected
+        self.confidence_outcomes = {"accepted": [0.0, 0.0, 0], "rejected": [0.0, 0.0, 0]}
         self.step = 0
         self._pending: collections.deque[tuple[int, int, float]] = collections.deque()
         self._k_prev = self.kmax  # the K the drafts now being verified were made with
@@ -73,6 +101,7 @@ class EngineRuntime:
         self._positions: dict[str, tuple[Any, int]] = {}
         # accepted_by_position[j]: draft tokens accepted as output token j (0-based), j < 64
         self.accepted_by_position = [0] * 64
+        self.clock = StepClock()  # step windows + the engine's per-step overhead
         self._last_log = time.monotonic()
         self._log_interval = float(settings.adaptive_log_interval)
         # where vLLM's pickled or forked engine core starts, the host info is recomputed
@@ -88,6 +117,9 @@ class EngineRuntime:
                  "max_num_seqs": self.max_num_seqs, "pid": os.getpid(),
                  "policy": self.policy},
             ))
+        # start-up calibration (calibration/runner.py): a forced verify width, see force_width
+        self.calibration_width: int | None = None
+        self.calibration_steps: list[CalibrationStep] = []
         self.recorder: TraceRecorder | None = None
         if settings.adaptive_record_trace:
             if not is_fixed_at(self.controller.config, self.kmax):
@@ -104,16 +136,28 @@ class EngineRuntime:
         self.controller = build_controller(settings, self.kmax, trace=True)
         self.policy = self.controller.config.policy
         self.settings = settings
+        self._wants_conf = _wants_signals(self.controller) and self._sync
+        self._next = None
+
+    @property
+    def wants_draft_signals(self) -> bool:
+        """True when this step's workers should compute draft confidences
+        (``draft-confidence-request`` reads it after every ``schedule()``)."""
+        return self._wants_conf and self.calibration_width is None
 
     # ------------------------------------------------------------------ decide
     def decide(self, batch_size: int) -> int:
         """The K of this step (asked by ``schedule()`` through :class:`KLookup`)."""
+        if self.calibration_width is not None:
+            return self._decide_calibrating(self.calibration_width)
         self.step += 1
         running = [r for r in self.scheduler.running]
         ids = tuple(r.request_id for r in running)
-        view = BatchView(step=self.step, req_ids=ids,
-                         context_lens=tuple(int(r.num_tokens) for r in running))
-        d = self.controller.decide(view)
+        d, self._next = self._next, None  # made from the drafts' confidences (trim_drafts)
+        if d is None:
+            view = BatchView(step=self.step, req_ids=ids,
+                             context_lens=tuple(int(r.num_tokens) for r in running))
+            d = self.controller.decide(view)
         k = min(max(int(d.k), 0), self.kmax)
         limits = None
         if d.k_i is not None:
@@ -127,7 +171,9 @@ class EngineRuntime:
             k_host = k
         self._limits = limits
         self._k_step = k
-        self._pending.append((self.step, k, time.perf_counter()))
+        now = time.perf_counter()
+        self.clock.decided(now)
+        self._pending.append((self.step, k, now))
         self._flush_records()
         return k_host
 
@@ -136,10 +182,22 @@ class EngineRuntime:
             return None
         return self._limits.get(req_id)
 
-    def trim_drafts(self, req_ids: list[str], drafts: list[list[int]]) -> list[list[int]] | None:
-        """Each request's drafts cut to its K_i, or None when nothing changes."""
+    def trim_drafts(self, req_ids: list[str], drafts: list[list[int]], confidences: Any = None,
+                    entropies: Any = None) -> list[list[int]] | None:
+        """Each request's drafts cut to its K_i, or None when nothing changes.
+
+        ``confidences`` / ``entropies`` (float32 arrays (len(req_ids), K) from the workers):
+        the next step's decision is made here from them (:meth:`_decide_from_drafts`) and its
+        K_i cut these drafts; the confidences of what is kept await verification."""
+        signals = self._wants_conf and confidences is not None
+        if self._wants_conf:
+            self._draft_conf = {}
+            if signals and self.calibration_width is None:
+                self._decide_from_drafts(req_ids, confidences, entropies)
         limits = self._limits
         if limits is None:
+            if signals:
+                self._keep_confidences(req_ids, drafts, confidences, entropies)
             return None
         out, changed = [], False
         for rid, ids in zip(req_ids, drafts):
@@ -148,13 +206,74 @@ class EngineRuntime:
                 ids = list(ids[:lim])
                 changed = True
             out.append(ids)
+        if signals:
+            self._keep_confidences(req_ids, out, confidences, entropies)
         return out if changed else None
+
+    def _decide_from_drafts(self, req_ids: list[str], confidences: Any, entropies: Any) -> None:
+        """The decision for the next step, from the confidences of the drafts it will verify
+        (requests still decoding); its K becomes the next batch draft depth (:meth:`decide`)
+        and its K_i cut the drafts now arriving."""
+        if confidences.shape[1] == 0:
+            return  # K = 0 this step: nothing to rank; schedule() decides as without
+        requests = self.scheduler.requests
+        keep = [i for i, r in enumerate(req_ids)
+                if (q := requests.get(r)) is not None and not q.is_finished()
+                and not q.is_prefill_chunk]
+        if not keep:
+            return
+        if len(keep) < len(req_ids):
+            confidences = confidences[keep]
+            entropies = None if entropies is None else entropies[keep]
+        ids = tuple(req_ids[i] for i in keep)
+        view = BatchView(step=self.step + 1, req_ids=ids,
+                         context_lens=tuple(int(requests[r].num_tokens) for r in ids),
+                         confidences=confidences, entropies=entropies)
+        d = self.controller.decide(view)
+        self._flush_records()
+        self._next = d
+        k = min(max(int(d.k), 0), self.kmax)
+        if d.k_i is not None:
+            self._limits = {r: min(max(int(v), 0), k) for r, v in d.k_i.items()}
+        else:  # one K for every request: it is also these drafts' verify width
+            self._limits = None if k >= confidences.shape[1] else dict.fromkeys(ids, k)
+
+    def _keep_confidences(self, req_ids: list[str], drafts: list[list[int]], confidences: Any,
+                          entropies: Any) -> None:
+        kept = self._draft_conf
+        for i, (rid, ids) in enumerate(zip(req_ids, drafts)):
+            if ids:
+                n = len(ids)
+                kept[rid] = (confidences[i, :n], None if entropies is None else entropies[i, :n])
 
     # ------------------------------------------------------------------ observe
     def on_verified(self, req_id: str, drafted: int, accepted: int) -> None:
         request = self.scheduler.requests.get(req_id)
         ctx = int(request.num_tokens) if request is not None else 0
-        self._verified.append(RequestResult(req_id, int(drafted), int(accepted), context_len=ctx))
+        conf = None
+        if self._draft_conf:
+            kept = self._draft_conf.pop(req_id, None)
+            if kept is not None:
+                c = kept[0][:drafted].tolist()
+                conf = tuple(c)
+                self._note_outcome(c, kept[1], accepted)
+        self._verified.append(RequestResult(req_id, int(drafted), int(accepted), context_len=ctx,
+                                            confidences=conf))
+
+    def _note_outcome(self, conf: list[float], ent: Any, accepted: int) -> None:
+        """Confidence/entropy sums of the verified positions (``conf``: the verified drafts'
+        confidences), split by outcome: the first ``accepted`` were accepted, the next one,
+        if verified, was rejected."""
+        acc, rej = self.confidence_outcomes["accepted"], self.confidence_outcomes["rejected"]
+        a = min(accepted, len(conf))
+        if a:
+            acc[0] += sum(conf[:a])
+            acc[1] += 0.0 if ent is None else sum(ent[:a].tolist())
+            acc[2] += a
+        if accepted < len(conf):
+            rej[0] += conf[accepted]
+            rej[1] += 0.0 if ent is None else float(ent[accepted])
+            rej[2] += 1
 
     def before_output(self, scheduler: Any, scheduler_output: Any, model_runner_output: Any) -> None:
         self._verified = []
@@ -172,14 +291,20 @@ class EngineRuntime:
             self._positions[req_id] = (request, int(request.num_output_tokens))
 
     def after_output(self, scheduler: Any, scheduler_output: Any) -> None:
+        if self.calibration_width is not None:
+            self._calibration_output(scheduler_output)
+            return
         batch = len(scheduler_output.num_scheduled_tokens)
         if batch == 0 or not self._pending:
             return
         step, k_now, t_decided = self._pending.popleft()
-        wall_ms = (self._now - t_decided) * 1000.0
+        wall_ms = self.clock.output(t_decided, self._now)
         # A step that also ran prefill (new or chunked prompts) costs far more than its decode
         # width explains: keep its acceptance, but not its time, out of the step-cost model.
-        timed_ms = None if _has_prefill(scheduler_output) else wall_ms
+        # The cost the controller optimises is the whole engine cycle: the decision-to-output
+        # window plus the engine's own time between an output and the next decision (output
+        # processing, draft hand-over, scheduling), which every step pays whatever its K.
+        timed_ms = None if _has_prefill(scheduler_output) else self.clock.cycle_ms(wall_ms)
         results = tuple(self._verified)
         self._verified = []
         k_verified = self._k_prev
@@ -211,6 +336,51 @@ class EngineRuntime:
             rec.on_step(req_id, float(request.arrival_time), position, accepted.get(req_id, 0))
             if req_id not in scheduler.requests or request.is_finished():
                 rec.finish(req_id, int(request.num_output_tokens))
+
+    # ------------------------------------------------------------------ calibration
+    def force_width(self, width: int) -> None:
+        """Start-up calibration: verify ``width`` drafts for every request of every step
+        until :meth:`release_width`, keeping every draft (no K_i).  While forced, nothing
+        reaches the controller, the decision trace or the recorder; each step's output only
+        appends a :class:`CalibrationStep` to :attr:`calibration_steps` (cleared here)."""
+        if not 0 <= width <= self.kmax:
+            raise ValueError(f"calibration width {width} outside [0, Kmax={self.kmax}]")
+        self.calibration_width = int(width)
+        self.calibration_steps = []
+        self._limits = None
+
+    def release_width(self) -> None:
+        """End the forced width: the controller decides again, from the state it had before
+        calibration (the drafts now pending were made at the host's Kmax again)."""
+        self.calibration_width = None
+        self.calibration_steps = []
+        self._limits = None
+        self._pending.clear()
+        self._verified = []
+        self._positions = {}
+        self._k_prev = self.kmax
+        self._draft_conf = {}
+        self._next = None
+        self.clock.reset()
+
+    def _decide_calibrating(self, width: int) -> int:
+        if self.varies_k:
+            self._limits = None
+            return width
+        # fixed-K proposers draft Kmax: the forced width is a per-request cut
+        self._limits = None if width == self.kmax else {
+            r.request_id: width for r in self.scheduler.running}
+        return self.kmax
+
+    def _calibration_output(self, scheduler_output: Any) -> None:
+        self._verified = []
+        self._positions = {}
+        batch = len(scheduler_output.num_scheduled_tokens)
+        if batch == 0:
+            return
+        self.calibration_steps.append(CalibrationStep(
+            t=self._now, batch=batch, rows=int(scheduler_output.total_num_scheduled_tokens),
+            prefill=_has_prefill(scheduler_output)))
 
     # ------------------------------------------------------------------ output
     def _flush_records(self) -> None:
@@ -257,6 +427,11 @@ def attach(scheduler: Any) -> EngineRuntime | None:
     announce(runtime.host, "engine" if label == "frontend" else label, runtime.policy,
              runtime.kmax, registry.applied())
     return runtime
+
+
+def _wants_signals(controller: Any) -> bool:
+    """True when the controller reads draft confidences or entropies (both travel together)."""
+    return bool(controller.wants_confidences or controller.wants_entropies)
 
 
 def _has_prefill(scheduler_output: Any) -> bool:

@@ -22,12 +22,29 @@ request pay for the extra passes, so the admission is done under every draft-dep
 cost table the cap does not change the cost and the plain DSpark rule results.
 ``K_i`` = admitted slots of request ``i``; ``K = max K_i``.
 
-The selection (cap, survival threshold) is held for ``RESELECT`` decisions (re-selected
-at once when the batch size moves by more than 1/8, and on every probe); in between each
-request's K_i still follows its own confidences (the slots above the held threshold).
-The survival threshold is the marginal value of a slot, which moves slowly, and holding
-it keeps observe()+decide() within 50 microseconds at batch 256 (tests/unit/
-test_decide_speed.py).
+The selection is a histogram: every slot falls into one of ``LEVELS`` = 64 survival levels
+per position (level ``l`` holds survival in ``[(63-l)/64, (64-l)/64)``); two ``bincount``s
+count the slots and sum their survivals per (position, level), and two small matmuls
+(cumulative sums over positions < D and over levels) give the admitted slots and expected
+tokens of every (cap D, threshold) pair; the grid is priced at once (cost table, or the
+online model's roofline) and the ``REPRICE`` best caps are re-priced exactly.  The only
+approximation: thresholds move in steps of 1/64 of survival (expected tokens are exact).
+
+Selection schedule: a selection (cap, threshold) is held for ``RESELECT`` = 2 decisions;
+each re-selection that confirms it (same cap, threshold within one level) doubles the hold,
+up to ``MAX_HOLD`` = 8 (``MAX_HOLD_0`` = 16 for a cap of 0: nothing is drafted and a held
+decision needs no survival at all).  It is re-selected at once when the batch size moves by
+more than 1/8, when a new request joins the end of the batch, on every probe, and (cap > 0)
+when a held decision admits more than 1/8 more or fewer slots than the selection did; the
+selection made after such a drift is held ``RESELECT`` decisions (its admitted slots are
+the new reference), then doubles again while confirmed.  In between, each
+request's K_i still follows its own confidences: one comparison of its log survival with
+the held threshold and one matmul (the selection is the dear part of a decision,
+tests/unit/test_decide_speed.py); under a held cap of 0 every K_i is 0 without a look at the
+confidences.  On the simulator table this schedule matches re-selecting every 2nd decision
+(hetero budget/online 1.005 / 1.125 / 1.148 against 1.004 / 1.125 / 1.148; seeds 0-7 at
+twice the trace length: mean 1.105 against 1.104) while re-selecting on about 13% of the
+decisions of a drafting batch of 256 (tests/unit/test_decide_speed.py, cheap drafter).
 
 Like ``online`` it warms up on uniform K (descending, ``warmup_samples`` each) so the cost
 model sees every depth. Exploration is cheap: every ``round(1 / exploration)``-th decision
@@ -42,23 +59,46 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from ..costmodel import CostTable
 from ..observations import BatchView, Decision
-from .base import Policy, PolicyContext, decision
+from .base import KiDicts, Policy, PolicyContext, decision
 from .registry import register_policy
 
-LEVELS = 64  # survival is admitted in steps of 1/LEVELS
+LEVELS = 64  # survival levels per draft position: level l holds survival in ((63-l)/64, (64-l)/64]
 REPRICE = 3  # candidates re-priced exactly per selection
-RESELECT = 2  # decisions a selection is held (re-selected earlier when B moves > 1/8)
+RESELECT = 2  # decisions a new selection is held (see the module docstring for earlier triggers)
+MAX_HOLD = 8  # the hold doubles up to this while re-selections confirm the choice (depth cap > 0)
+MAX_HOLD_0 = 16  # the same for a depth cap of 0 (nothing drafted: a held decision is nearly free)
+_MIN_LOG = -40.0  # per-position floor of the log confidence (finite: no 0 * inf in matmuls,
+# and the survival exp(8 * -40) stays > 0)
+_SCALE = LEVELS - 1e-9  # survival * _SCALE < LEVELS
+
+
+class _Selection(NamedTuple):
+    """A held (cap, survival threshold) choice of :meth:`BudgetPolicy._select`."""
+
+    n: int  # decision index it was made at
+    b: int  # batch size it was made for
+    cap: int  # draft-depth cap D
+    rank: int  # admitted levels 0..rank (rank LEVELS - 1: every slot under the cap)
+    ratio: float  # expected committed tokens per ms
+    ms: float  # its predicted step ms
+    source: str  # which cost model priced it
+    thr_row: np.ndarray  # per position: admit while log survival >= it (inf at depth >= cap)
+    reasons: dict  # (probe, held) -> reason text, built once
+    hold: int  # decisions this selection is held
+    slots: int  # slots it admitted
+    tail: str  # the batch's last request id (a new arrival re-selects)
 
 
 class BudgetPolicy(Policy):
     name = "budget"
     uses_confidences = True  # asks the controller to keep the confidence calibration
+    trusted = True  # K_i in [0, kmax] and K = max K_i by construction (no O(batch) check)
 
     def __init__(self, kmax: int, min_gamma: int = 0, cost_table: CostTable | None = None) -> None:
         if not 0 <= min_gamma <= kmax:
@@ -73,59 +113,105 @@ class BudgetPolicy(Policy):
         self.table = cost_table
         self.candidates = list(range(min_gamma, kmax + 1))
         self.n = 0
-        self._pos_cache: dict[int, np.ndarray] = {}
-        self._draft_cache: dict[int, np.ndarray] = {}
-        self._caps = np.arange(kmax + 1)
+        self._caps_list = list(range(kmax + 1))
+        levels = LEVELS
         self._upper = np.triu(np.ones((kmax, kmax)))  # x @ upper = cumulative sum along rows
-        self._cap_rows = np.tril(np.ones((kmax + 1, kmax)), -1)  # row D: 1 at positions < D
-        self._rank_cum = np.triu(np.ones((LEVELS, LEVELS)))  # x @ it: cumsum over ranks
-        self._pos_cum = self._cap_rows  # it @ x: sum over the positions < D
-        self._sel: tuple[int, int, int, int, float, float, str] | None = None  # see _select
+        # bincount key of a slot: position * LEVELS + level, level = LEVELS - 1 - floor(s * _SCALE)
+        self._key_base = np.arange(kmax) * levels + (levels - 1)
+        self._pos_cum = np.tril(np.ones((kmax + 1, kmax)), -1)  # row D: 1 at positions < D
+        self._rank_cum = np.triu(np.ones((levels, levels)))  # x @ it: cumsum over levels <= r
+        self._ones = np.ones(kmax)
+        self._thr_rows: dict[tuple[int, int], np.ndarray] = {}
+        self._sel: _Selection | None = None
+        # the calibration table the log table was taken from (tables are replaced, never
+        # changed in place, so identity tells when to recompute)
+        self._log_src: np.ndarray | None = None
+        self._log_table = np.zeros(0)
+        self._col_key: tuple[int, float, float, int, float, float] | None = None
+        self._col = np.zeros((kmax + 1, 1))
+        self._dicts = KiDicts()  # the K_i dicts (shared between decisions when unchanged)
+        self._zeros: tuple[tuple[str, ...] | None, dict[str, int]] = (None, {})
 
     # ------------------------------------------------------------------ helpers
-    def _survival(self, batch: BatchView, ctx: PolicyContext) -> np.ndarray:
-        """Survival per (request, position), shape (B, kmax), from the calibrated
-        confidences (the estimated acceptance where a request has none)."""
-        b = len(batch.req_ids)
+    def _check_shape(self, conf: Any, b: int) -> None:
+        if isinstance(conf, np.ndarray) and (conf.ndim != 2 or conf.shape[0] != b):
+            raise ValueError(f"policy 'budget': confidences of shape {conf.shape} for a batch of {b}")
+
+    def _log_survival(self, batch: BatchView, ctx: PolicyContext, b: int) -> np.ndarray:
+        """Log survival per (request, position), shape (B, kmax), from the calibrated
+        confidences (the estimated acceptance where a request has none): the cumulative
+        sum of the per-position logs as one matmul."""
         kmax = self.kmax
         conf = batch.confidences
         table = ctx.calibration.table_array()
+        if table is not self._log_src:
+            self._log_src = table
+            self._log_table = _log(table)
         nb = len(table)
         if isinstance(conf, np.ndarray):
-            if conf.ndim != 2 or conf.shape[0] != b:
-                raise ValueError(f"policy 'budget': confidences of shape {conf.shape} for a batch of {b}")
-            width = min(conf.shape[1], kmax)
-            # calibration bin of every confidence; out-of-range (and NaN) go to the end bins
-            bins = (conf[:, :width] * nb).astype(np.intp)
-            if width == kmax:  # survival = exp(cumulative log), the cumsum as one matmul
-                log_c = np.log(np.maximum(table, 1e-300)).take(bins, mode="clip")
-                return np.exp(log_c @ self._upper)
-            c = table.take(bins, mode="clip")
+            self._check_shape(conf, b)
+            if conf.shape[1] >= kmax:
+                # calibration bin of every confidence; out-of-range (and NaN) go to the end bins
+                bins = (conf if conf.shape[1] == kmax else conf[:, :kmax]) * nb
+                return self._log_table.take(bins.astype(np.intp), mode="clip") @ self._upper
+            have = conf.shape[1]
+            log_c = np.empty((b, kmax))
+            log_c[:, :have] = self._log_table.take((conf * nb).astype(np.intp), mode="clip")
+            log_c[:, have:] = _log(np.asarray(ctx.acceptance.estimate()[have:kmax], dtype=float))
         else:  # rows from a mapping may be short or missing (NaN): the estimate fills in
             given = _rows_from_mapping(conf, batch.req_ids, kmax)
-            width = kmax
-            est = np.asarray(ctx.acceptance.estimate(), dtype=float)
+            est = np.asarray(ctx.acceptance.estimate()[:kmax], dtype=float)
             known = np.isfinite(given)
-            c = np.where(known, table.take((np.where(known, given, 0.0) * nb).astype(np.intp), mode="clip"),
-                         est[None, :])
-        if width < kmax:
-            est = np.asarray(ctx.acceptance.estimate(), dtype=float)
-            c = np.concatenate((c, np.repeat(est[None, width:], b, axis=0)), axis=1)
-        return np.cumprod(c, axis=1)
+            log_c = np.where(
+                known, self._log_table.take((np.where(known, given, 0.0) * nb).astype(np.intp), mode="clip"),
+                _log(est)[None, :])
+        return log_c @ self._upper
+
+    def _zero_dict(self, ids: tuple[str, ...]) -> dict[str, int]:
+        """``{req_id: 0}`` for the batch (the previous one while the batch is unchanged)."""
+        last_ids, d = self._zeros
+        if not (ids is last_ids or ids == last_ids):
+            d = dict.fromkeys(ids, 0)
+            self._zeros = (ids, d)
+        return d
+
+    def _thr_row(self, cap: int, rank: int) -> np.ndarray:
+        """Admit a slot at position j while its log survival >= row[j]: level <= rank
+        (survival >= (LEVELS - 1 - rank) / _SCALE) at the positions < cap, nothing deeper."""
+        row = self._thr_rows.get((cap, rank))
+        if row is None:
+            row = np.full(self.kmax, np.inf)
+            row[:cap] = -np.inf if rank >= LEVELS - 1 else math.log((LEVELS - 1 - rank) / _SCALE)
+            self._thr_rows[(cap, rank)] = row
+        return row
 
     def _grid_costs(
-        self, ctx: PolicyContext, b: int, verify: np.ndarray, draft: np.ndarray
+        self, ctx: PolicyContext, b: int, slots: np.ndarray, dmin: int
     ) -> tuple[np.ndarray, str] | None:
-        """Approximate step ms over the whole (cap, budget) grid, vectorised: the cost table,
-        or the structural (roofline) part of the online model; None without a model."""
+        """Approximate step ms over the whole (cap D, budget) grid from the admitted slots
+        (verify tokens ``b + slots``; drafter passes ``max(D, dmin)`` per row), vectorised:
+        the cost table, or the structural (roofline) part of the online model; None without
+        a model."""
         if self.table is not None and self.table.covers(b, b):
-            return self.table.step_ms_many(b, verify), "cost table"
+            return self.table.step_ms_many(b, slots + b), "cost table"
         model = ctx.cost
-        if model.predict(b, b, ctx.cost.draft_min_steps) is None:  # also refits when due
+        if not model.ensure_fitted():
             return None
         c0, ct, cd = model.coef
         t0, b0 = model.knees
-        ms = c0 + ct * np.maximum(verify, t0) + cd * draft * max(b, b0)
+        key = (dmin, cd, max(b, b0), b, c0, ct)
+        if key != self._col_key:  # per cap D: c0 + drafter cd * max(D, dmin) * max(B, B0)
+            self._col_key = key
+            col = c0 + cd * np.maximum(np.arange(self.kmax + 1), dmin)[:, None].astype(float) * max(b, b0)
+            # once the batch alone passes the knee, ct * (b + slots) is linear: fold ct * b in
+            self._col = col + ct * b if b >= t0 else col
+        if b >= t0:
+            ms = slots * ct
+        else:  # ct * max(b + slots, T0)
+            ms = slots + b
+            np.maximum(ms, t0, out=ms)
+            ms *= ct
+        ms += self._col
         return ms, "online model" if self.table is None else "online model (batch outside the cost table)"
 
     def _exact_ms(self, ctx: PolicyContext, b: int, verify: int, draft: int) -> float:
@@ -139,7 +225,8 @@ class BudgetPolicy(Policy):
     def decide(self, batch: BatchView, ctx: PolicyContext) -> Decision:
         n = self.n
         self.n += 1
-        b = len(batch.req_ids)
+        ids = batch.req_ids
+        b = len(ids)
         warm = len(self.candidates) * ctx.warmup_samples
         if n < warm:
             k = sorted(self.candidates, reverse=True)[n % len(self.candidates)]
@@ -152,112 +239,151 @@ class BudgetPolicy(Policy):
             return decision(ctx, self.min_gamma, self.name, "empty batch", batch_size=b)
         if batch.confidences is None:
             return self._uniform(b, ctx, probe)
-        surv = self._survival(batch, ctx)
         kmax = self.kmax
-        # survival level of every slot (level 63 = survival >= 63/64); a request's level
-        # never rises with position, so "level >= threshold and position <= D" admits a
-        # prefix of every request
-        level = (surv * (LEVELS - 1e-9)).astype(np.intp)  # (B, kmax)
         sel = self._sel
-        if sel is None or n - sel[0] >= RESELECT or abs(b - sel[1]) * 8 > sel[1] or probe:
-            sel = self._select(surv, level, b, ctx, n)
+        if (sel is None or n - sel.n >= sel.hold or abs(b - sel.b) * 8 > sel.b or probe
+                or ids[-1] != sel.tail):
+            log_s = self._log_survival(batch, ctx, b)
+            sel = self._select(log_s, b, ctx, n, ids[-1])
             if sel is None:
                 k = self.candidates[-1]
                 return decision(ctx, k, self.name, "hold: no step times yet", batch_size=b)
-            held = ""
+            held = False
         else:
-            held = "held "
-        _, _, cap, thr, best_ratio, best_ms, source = sel
-        # K_i = admitted slots of request i = its positions <= cap at level >= thr
-        # (a row sum over the first ``cap`` positions as one matmul: faster than a reduction
-        # along the short axis)
-        k_i_arr = ((level >= thr) @ self._cap_rows[cap]).astype(np.intp)
-        if probe:  # one position deeper for everyone: measures what the budget left out
-            k_i_arr += 1
-            np.minimum(k_i_arr, kmax, out=k_i_arr)
-        k = int(k_i_arr.max())
-        if k < self.min_gamma:  # the cap is >= min_gamma, but held thresholds may admit less
-            k_i_arr[k_i_arr.argmax()] = k = self.min_gamma
-        k_i = dict(zip(batch.req_ids, k_i_arr.tolist()))
+            held = True
+            # a held depth cap of 0 admits nothing: the survival is not needed
+            log_s = self._log_survival(batch, ctx, b) if sel.cap else None
+            if log_s is None:
+                self._check_shape(batch.confidences, b)
+        if sel.cap:
+            # K_i = admitted slots of request i (a prefix: survival never rises with depth);
+            # the row sum as one matmul is faster than a reduction along the short axis
+            k_i_arr = ((log_s >= sel.thr_row) @ self._ones).astype(np.intp)
+            if held:
+                # the admitted total drifted more than 1/8 from the selection's: re-select
+                # at the next decision
+                tot = int(k_i_arr.sum())
+                if abs(tot - sel.slots) * 8 > sel.slots:
+                    self._sel = sel = sel._replace(hold=0)
+        elif probe or self.min_gamma:
+            k_i_arr = np.zeros(b, dtype=np.intp)
+        if sel.cap or probe or self.min_gamma:
+            if probe:  # one position deeper for everyone: measures what the budget left out
+                k_i_arr += 1
+                np.minimum(k_i_arr, kmax, out=k_i_arr)
+            k = int(k_i_arr.max())
+            if k < self.min_gamma:  # held thresholds (or no priced cap at all) may admit less
+                k_i_arr[k_i_arr.argmax()] = k = self.min_gamma
+            k_i = self._dicts.get(ids, k_i_arr)
+        else:  # a depth cap of 0 and min_gamma 0: every K_i is 0
+            k = 0
+            k_i = self._zero_dict(ids)
+        reason = sel.reasons.get((probe, held))
+        if reason is None:
+            surv = (LEVELS - 1 - sel.rank) / LEVELS
+            reason = sel.reasons[(probe, held)] = (
+                f"{'probe +1 on ' if probe else ''}{'held ' if held else ''}budget (survival >= "
+                f"{surv:.3g}, depth <= {sel.cap}), confidence survival, {sel.source}: "
+                f"{sel.ratio:.4g} tok/ms"
+            )
         return Decision(
             k=k,
             k_i=k_i,
             policy=self.name,
-            reason=(
-                f"{'probe +1 on ' if probe else ''}{held}budget (survival >= {thr / LEVELS:.3g}, "
-                f"depth <= {cap}), confidence survival, {source}: {best_ratio:.4g} tok/ms"
-            ),
+            reason=reason,
             est_accept=ctx.acceptance.estimate(),
-            est_cost_ms=best_ms,
+            est_cost_ms=sel.ms,
         )
 
-    def _select(
-        self, surv: np.ndarray, level: np.ndarray, b: int, ctx: PolicyContext, n: int
-    ) -> tuple[int, int, int, int, float, float, str] | None:
-        """The best (cap D, survival level threshold) for this batch: every (request,
-        position) slot is counted by (position, rank = 63 - level) in one bincount, the
-        cumulative sums give admitted slots and expected accepted tokens on the whole
-        (cap, rank) grid, the grid is priced by the cost model, and the REPRICE best caps are
-        re-priced exactly. Returns ``(n, b, cap, threshold level, tok/ms, ms, source)``, or
+    def _select(self, log_s: np.ndarray, b: int, ctx: PolicyContext, n: int, tail: str) -> _Selection | None:
+        """The best (cap D, survival level rank) for this batch: every (request, position)
+        slot is counted, and its survival summed, by (position, level) in two bincounts;
+        cumulative sums (matmuls) give
+        admitted slots and expected accepted tokens on the whole (cap, rank) grid, the grid
+        is priced by the cost model, and the REPRICE best caps are re-priced exactly.
         None without a cost model."""
         kmax = self.kmax
         levels = LEVELS
-        key = (self._keybase(b) - level).ravel()
-        cnt = np.bincount(key, minlength=kmax * levels).reshape(kmax, levels)
-        tot = np.bincount(key, weights=surv.ravel(), minlength=kmax * levels).reshape(kmax, levels)
-        # cumulative sums as matmuls: over ranks (@ upper-triangular ones), then over
-        # positions (lower-triangular ones @, with a zero row for cap D = 0)
-        ranks = self._rank_cum
-        per_pos = cnt @ ranks  # slots at position D with rank <= r
-        slots = self._pos_cum @ per_pos  # (cap D = 0..kmax, rank r): admitted slots
-        gains = self._pos_cum @ (tot @ ranks)  # expected accepted tokens of those slots
-        empty = per_pos == 0  # no slot at position D with rank <= r
+        surv = np.exp(log_s)
+        keys = (self._key_base - (surv * _SCALE).astype(np.intp)).ravel()  # survival <= 1
+        surv = surv.ravel()
+        size = kmax * levels
+        # slots and expected tokens per (position, level), over positions < D (a zero row
+        # for D = 0), then over levels <= r
+        hist = np.stack((np.bincount(keys, minlength=size), np.bincount(keys, weights=surv, minlength=size)))
+        grid = (self._pos_cum @ hist.reshape(2, kmax, levels)) @ self._rank_cum
+        slots = grid[0]  # (cap D = 0..kmax, rank r): admitted slots
         dmin = ctx.cost.draft_min_steps
-        priced = self._grid_costs(ctx, b, slots + b, self._draft_col(dmin))
+        priced = self._grid_costs(ctx, b, slots, dmin)
         if priced is None:
             return None
         ms, source = priced
-        ratio = (gains + b) / ms
-        # a cap D counts only if some slot at position D is admitted (else it duplicates D-1)
-        np.copyto(ratio[1:], -np.inf, where=empty)
+        ratio = grid[1] + b  # expected committed tokens per step
+        ratio /= ms
         if self.min_gamma:
             ratio[: self.min_gamma] = -np.inf
         # the best rank under each cap; the REPRICE best caps re-priced exactly by the
-        # configured model (the online model corrects its roofline where it has data)
-        best_rank = ratio.argmax(axis=1)
-        approx = ratio[self._caps, best_rank].tolist()
-        br = best_rank.tolist()
-        best = (-math.inf, 0, 0, math.inf)  # (ratio, cap, rank, ms)
-        for cap in sorted(range(kmax + 1), key=approx.__getitem__, reverse=True)[:REPRICE]:
-            if not math.isfinite(approx[cap]):
-                continue
+        # configured model (the online model corrects its roofline where it has data).  A
+        # cap D whose position D admits nothing duplicates D - 1 at a higher price, so it
+        # never beats it on the grid (ties go to the smaller cap); it is skipped below.
+        br = ratio.argmax(axis=1).tolist()
+        approx = ratio.max(axis=1).tolist()
+        best = (-math.inf, 0, levels - 1, math.inf)  # (ratio, cap, rank, ms)
+        done = 0
+        for cap in sorted(self._caps_list, key=approx.__getitem__, reverse=True):
+            if done == REPRICE or not math.isfinite(approx[cap]):
+                break
             r = br[cap]
-            c_ms = self._exact_ms(ctx, b, b + int(slots[cap, r]), max(cap, dmin))
-            g = (b + float(gains[cap, r])) / c_ms
+            s = slots.item(cap, r)
+            if cap and s == slots.item(cap - 1, r):
+                continue  # position `cap` admits nothing: the cap below is the same budget
+            done += 1
+            c_ms = self._exact_ms(ctx, b, b + int(s), max(cap, dmin))
+            g = (b + grid.item(1, cap, r)) / c_ms
             if g > best[0]:
                 best = (g, cap, r, c_ms)
         best_ratio, cap, r, best_ms = best
-        self._sel = (n, b, cap, levels - 1 - r, best_ratio, best_ms, source)
+        last = self._sel
+        hold = RESELECT
+        if last is not None and last.cap == cap and abs(last.rank - r) <= 1:
+            # confirmed (same cap, threshold within one level): hold it longer; after a
+            # drift (hold cut to 0) the fresh selection's slot count is the new reference
+            hold = max(RESELECT, min(2 * last.hold, MAX_HOLD if cap else MAX_HOLD_0))
+        self._sel = _Selection(n, b, cap, r, best_ratio, best_ms, source, self._thr_row(cap, r), {}, hold,
+                                int(slots.item(cap, r)), tail)
         return self._sel
 
     def _uniform(self, b: int, ctx: PolicyContext, probe: bool) -> Decision:
         """Without confidences every request has the same survival curve, so admitting by
         survival admits whole positions: the budget is a batch-uniform K (k_i = None)."""
         kmax = self.kmax
-        expected = np.asarray(ctx.acceptance.expected_committed())  # E(K), K = 0..kmax
-        caps = np.arange(kmax + 1)
+        expected = ctx.acceptance.expected_committed()  # E(K), K = 0..kmax
         dmin = ctx.cost.draft_min_steps
-        priced = self._grid_costs(ctx, b, (b * (caps + 1))[None, :], np.maximum(caps, dmin)[None, :])
-        if priced is None:
-            k = self.candidates[-1]
-            return decision(ctx, k, self.name, "hold: no step times yet", batch_size=b)
-        ms, source = priced
-        ratio = b * expected / ms[0]
-        ratio[: self.min_gamma] = -np.inf
+        caps = self._caps_list
+        if self.table is not None and self.table.covers(b, b):
+            ms_grid = self.table.step_ms_many(b, np.array([b * (k + 1) for k in caps])).tolist()
+            source = "cost table"
+        else:
+            model = ctx.cost
+            if not model.ensure_fitted():
+                k = self.candidates[-1]
+                return decision(ctx, k, self.name, "hold: no step times yet", batch_size=b)
+            # the roofline part of the online model, in the order of _grid_costs
+            c0, ct, cd = model.coef
+            t0, b0 = model.knees
+            bb = max(b, b0)
+            ms_grid = []
+            for k in caps:
+                v = b * (k + 1)
+                ms_grid.append(c0 + ct * (v if v > t0 else t0) + cd * (k if k > dmin else dmin) * bb)
+            source = "online model" if self.table is None else "online model (batch outside the cost table)"
+        ratio = [b * e / m for e, m in zip(expected, ms_grid)]
+        for k in range(self.min_gamma):
+            ratio[k] = -math.inf
         best = (-math.inf, self.min_gamma, math.inf)
-        for k in np.argsort(-ratio, kind="stable")[:REPRICE].tolist():
+        for k in sorted(caps, key=lambda i: -ratio[i])[:REPRICE]:
             c_ms = self._exact_ms(ctx, b, b * (k + 1), max(k, dmin))
-            r = b * float(expected[k]) / c_ms
+            r = b * expected[k] / c_ms
             if r > best[0]:
                 best = (r, k, c_ms)
         best_ratio, k, best_ms = best
@@ -275,25 +401,6 @@ class BudgetPolicy(Policy):
             est_cost_ms=best_ms,
         )
 
-    def _draft_col(self, dmin: int) -> np.ndarray:
-        """Drafter passes per cap D = 0..kmax as a column, ``max(D, draft_min_steps)``."""
-        col = self._draft_cache.get(dmin)
-        if col is None:
-            col = self._draft_cache[dmin] = np.maximum(self._caps, dmin)[:, None].astype(float)
-        return col
-
-    def _keybase(self, b: int) -> np.ndarray:
-        """``position * LEVELS + LEVELS - 1`` per slot, shape (b, kmax): minus the level,
-        one bincount key."""
-        off = self._pos_cache.get(b)
-        if off is None:
-            if len(self._pos_cache) > 64:
-                self._pos_cache.clear()
-            off = self._pos_cache[b] = np.repeat(
-                (np.arange(self.kmax) * LEVELS + LEVELS - 1)[None, :], b, axis=0
-            )
-        return off
-
     def describe(self) -> dict:
         return {
             "name": self.name,
@@ -302,9 +409,9 @@ class BudgetPolicy(Policy):
         }
 
 
-def _bins(conf: np.ndarray, n: int) -> np.ndarray:
-    """Calibration bin of each confidence (values outside [0, 1] go to the end bins)."""
-    return np.minimum(np.maximum((conf * n).astype(np.int64), 0), n - 1)
+def _log(p: np.ndarray) -> np.ndarray:
+    """``ln(p)`` in [_MIN_LOG, 0]."""
+    return np.clip(np.log(np.maximum(p, 1e-300)), _MIN_LOG, 0.0)
 
 
 def _rows_from_mapping(conf: Mapping[str, Any], req_ids: tuple[str, ...], kmax: int) -> np.ndarray:

@@ -64,40 +64,62 @@ class ProfilePolicy(Policy):
         self.factors: dict[tuple[int, int], float] = {}  # (bucket, K) -> correction
         self._by_k: dict[int, dict[int, float]] = {}  # K -> bucket -> correction
         self._by_b: dict[int, dict[int, float]] = {}  # bucket -> K -> correction
+        # context lengths only matter when a component has a context coefficient
+        self._uses_context = profile.target.alpha != 0.0 or profile.draft.alpha != 0.0
+        # (batch, context, draft_min_steps) -> the profile's uncorrected cost per candidate
+        self._base: dict[tuple[int, float, int], list[float]] = {}
 
     # ------------------------------------------------------------------ correction
     def factor(self, bucket: int, k: int) -> float:
-        f = self.factors.get((bucket, k))
-        if f is not None:
-            return f
-        by_bucket = self._by_k.get(k)
-        if by_bucket:  # the nearest batch bucket(s) that ran this K
-            bits = bucket.bit_length()
-            dist = min(abs(bk.bit_length() - bits) for bk in by_bucket)
-            near = [v for bk, v in by_bucket.items() if abs(bk.bit_length() - bits) == dist]
-            return sum(near) / len(near)
-        same_b = self._by_b.get(bucket)
-        if same_b:
-            return sum(same_b.values()) / len(same_b)
-        if self.factors:
-            return sum(self.factors.values()) / len(self.factors)
-        return 1.0
+        return self._factors(bucket, (k,))[0]
+
+    def _factors(self, bucket: int, ks: list[int] | tuple[int, ...]) -> list[float]:
+        """:meth:`factor` for several K of one bucket (the fallbacks computed once)."""
+        factors = self.factors
+        by_k = self._by_k
+        out = []
+        same_b_mean = overall = None
+        bits = bucket.bit_length()
+        for k in ks:
+            f = factors.get((bucket, k))
+            if f is None:
+                by_bucket = by_k.get(k)
+                if by_bucket:  # the nearest batch bucket(s) that ran this K
+                    dist = min(abs(bk.bit_length() - bits) for bk in by_bucket)
+                    near = [v for bk, v in by_bucket.items() if abs(bk.bit_length() - bits) == dist]
+                    f = sum(near) / len(near)
+                else:
+                    if same_b_mean is None:
+                        same_b = self._by_b.get(bucket)
+                        same_b_mean = sum(same_b.values()) / len(same_b) if same_b else math.nan
+                    if same_b_mean == same_b_mean:  # not NaN: the bucket ran some K
+                        f = same_b_mean
+                    elif factors:
+                        if overall is None:
+                            overall = sum(factors.values()) / len(factors)
+                        f = overall
+                    else:
+                        f = 1.0
+            out.append(f)
+        return out
 
     def observe(self, result: StepResult, ctx: PolicyContext) -> None:
         ms = result.wall_ms
         b = result.batch_size
         if ms is None or b <= 0:
             return
-        drafted = 0
         context = 0
-        if result.drafted is not None:  # the array fast path carries no context lengths
-            drafted = int(np.sum(result.drafted))
-        elif result.results:
-            for r in result.results:
-                drafted += r.drafted
-                context += r.context_len
-        else:
+        counted = ctx.step_counts
+        if result.drafted is None and not result.results:
             return
+        if counted is not None and counted[0] is result:  # the controller counted already
+            drafted = counted[1]
+        elif result.drafted is not None:
+            drafted = int(np.sum(result.drafted))
+        else:
+            drafted = sum([r.drafted for r in result.results])
+        if result.drafted is None and self._uses_context:  # no context lengths on the fast path
+            context = sum([r.context_len for r in result.results])
         predicted = self.profile.step_ms(
             b, result.k, context, batched_tokens=b + drafted,
             draft_steps=result.k if result.num_draft_steps is None else result.num_draft_steps,
@@ -130,16 +152,21 @@ class ProfilePolicy(Policy):
                 return Decision(k, None, self.name, f"probe k={k} (every {spacing})", est, None)
         if b == 0:
             return Decision(self.held, None, self.name, "empty batch: hold", est, None)
-        context = float(sum(batch.context_lens)) if batch.context_lens else 0.0
+        context = float(sum(batch.context_lens)) if batch.context_lens and self._uses_context else 0.0
         expected = ctx.acceptance.expected_committed()
         bucket = _bucket(b)
         dmin = ctx.cost.draft_min_steps
-        costs = [
-            self.profile.step_ms(b, k, context, draft_steps=max(k, dmin)) * self.factor(bucket, k) for k in cands
-        ]
+        key = (b, context, dmin)
+        base = self._base.get(key)
+        if base is None:  # the profile is immutable: its prices are cached per (B, context)
+            if len(self._base) > 256:
+                self._base.clear()
+            step_ms = self.profile.step_ms
+            base = self._base[key] = [step_ms(b, k, context, draft_steps=max(k, dmin)) for k in cands]
+        costs = [c * f for c, f in zip(base, self._factors(bucket, cands))]
         gp = [b * expected[k] / c if c > 0 else math.inf for k, c in zip(cands, costs)]
         lo = cands[0]
-        best = max(range(len(gp)), key=lambda i: (gp[i], -i)) + lo
+        best = max(range(len(gp)), key=gp.__getitem__) + lo  # the first (smallest K) on a tie
         preferred = self.profile.preferred_gamma(b)
         anchor = self.held
         if preferred is not None and lo <= preferred <= cands[-1]:

@@ -8,31 +8,56 @@ positions that pass the rule:
   the batch carries confidences, else the estimated conditional acceptance ``a_i`` (then the
   cut is the same for every request and only the batch K shrinks);
 * ``confidence``: the raw draft confidence ``c_j`` stays ``>= threshold`` (requests without
-  confidences keep their K).
+  confidences keep their K);
+* ``entropy``: the draft's top-k entropy ``H_j`` (nats, ``BatchView.entropies``, k =
+  :data:`~..observations.ENTROPY_TOPK`) stays ``<= entropy_threshold``: the draft is cut
+  before the first position whose entropy is above the threshold, i.e. where the drafter
+  was unsure (requests without entropies keep their K).
 
+Positions a request's row does not cover (a short mapping row, an array narrower than K)
+count as confidence 0 and entropy +inf, and NaN values do not pass the ``confidence`` and
+``entropy`` tests: the draft is cut there.
 The batch K becomes ``max(K_i)``; nothing is cut below ``min_gamma``.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 import numpy as np
 
-from ..observations import BatchView, Decision
-from .base import PolicyContext
+from ..observations import ENTROPY_TOPK, BatchView, Decision
+from .base import KiDicts, PolicyContext
 
-STOP_MODES = ("off", "survival", "confidence")
+STOP_MODES = ("off", "survival", "confidence", "entropy")
+# the largest top-k entropy (a uniform distribution over the top ENTROPY_TOPK tokens)
+MAX_ENTROPY = math.log(ENTROPY_TOPK)
 
 
 class StopRule:
-    def __init__(self, mode: str, threshold: float) -> None:
+    def __init__(self, mode: str, threshold: float, entropy_threshold: float = 1.0) -> None:
         if mode not in STOP_MODES:
             raise ValueError(f"stop mode {mode!r} unknown (one of {', '.join(STOP_MODES)})")
         if not 0.0 <= threshold <= 1.0:
             raise ValueError(f"stop threshold must be in [0, 1], got {threshold}")
+        if not 0.0 <= entropy_threshold <= MAX_ENTROPY:
+            raise ValueError(
+                f"stop entropy threshold must be in [0, {MAX_ENTROPY:g}] nats (ln {ENTROPY_TOPK}), "
+                f"got {entropy_threshold}"
+            )
         self.mode = mode
         self.threshold = threshold
+        self.entropy_threshold = entropy_threshold
+        self._log_threshold = math.log(threshold) if threshold > 0 else -math.inf
+        self._log_src: np.ndarray | None = None  # calibration table of the cached logs
+        self._log_table = np.zeros(0)
+        self._upper: dict[int, np.ndarray] = {}  # width -> upper-triangular ones
+        self._ok: dict[tuple[int, int], np.ndarray] = {}  # (rows, width) -> pass buffer
+        self._ki_src: dict[str, int] | None = None  # the policy's K_i dict last seen ...
+        self._ki_ids: tuple[str, ...] | None = None
+        self._ki_arr = np.zeros(0, dtype=np.int64)  # ... and its values in batch order
+        self._dicts = KiDicts()
 
     def survival_depth(self, ctx: PolicyContext) -> int:
         """Leading positions whose estimated survival is >= threshold (no confidences)."""
@@ -45,23 +70,55 @@ class StopRule:
             depth += 1
         return depth
 
-    def _row_depths(self, conf: np.ndarray, ctx: PolicyContext) -> np.ndarray:
+    def _leading(self, rows: int, width: int) -> np.ndarray:
+        """A (rows, width + 1) bool buffer whose last column stays False: write the pass
+        test into ``[:, :width]``, and ``argmin`` along the rows is the leading run."""
+        buf = self._ok.get((rows, width))
+        if buf is None:
+            if len(self._ok) > 64:
+                self._ok.clear()
+            buf = self._ok[(rows, width)] = np.zeros((rows, width + 1), dtype=bool)
+        return buf
+
+    def _row_depths(self, values: np.ndarray, ctx: PolicyContext) -> np.ndarray:
+        """Leading positions of every row that pass the rule."""
+        rows, width = values.shape
+        buf = self._leading(rows, width)
+        ok = buf[:, :width]
         if self.mode == "confidence":
-            return np.cumprod(conf >= self.threshold, axis=1).sum(axis=1)
-        table = ctx.calibration.table_array()
-        n = len(table)
-        bins = np.clip((conf * n).astype(np.int64), 0, n - 1)
-        # survival is non-increasing along a row, so the count is the leading run
-        return (np.cumprod(table[bins], axis=1) >= self.threshold).sum(axis=1)
+            np.greater_equal(values, self.threshold, out=ok)
+        elif self.mode == "entropy":
+            np.less_equal(values, self.entropy_threshold, out=ok)
+        else:  # survival of the calibrated confidences, as a cumulative sum of logs
+            table = ctx.calibration.table_array()
+            if table is not self._log_src:
+                self._log_src = table
+                self._log_table = np.log(np.maximum(table, 1e-300))
+            upper = self._upper.get(width)
+            if upper is None:
+                upper = self._upper[width] = np.triu(np.ones((width, width)))
+            n = len(table)
+            log_surv = self._log_table.take((values * n).astype(np.intp), mode="clip") @ upper
+            np.greater_equal(log_surv, self._log_threshold, out=ok)
+        return buf.argmin(axis=1)
+
+    def _policy_k_i(self, k_i: dict[str, int], ids: tuple[str, ...]) -> np.ndarray:
+        """The policy's K_i in batch order (the previous array when the policy handed the
+        same dict for the same batch again)."""
+        if k_i is self._ki_src and (ids is self._ki_ids or ids == self._ki_ids):
+            return self._ki_arr
+        arr = np.fromiter(map(k_i.__getitem__, ids), np.int64, len(ids))
+        self._ki_src, self._ki_ids, self._ki_arr = k_i, ids, arr
+        return arr
 
     def apply(self, d: Decision, batch: BatchView, ctx: PolicyContext) -> Decision:
         if self.mode == "off" or d.k == 0:
             return d
         lo = ctx.min_gamma
-        conf = batch.confidences
+        values = batch.entropies if self.mode == "entropy" else batch.confidences
         ids = batch.req_ids
-        if conf is None or not ids:
-            if self.mode == "confidence":
+        if values is None or not ids:
+            if self.mode != "survival":
                 return d
             depth = max(self.survival_depth(ctx), lo)
             if depth >= d.k:
@@ -69,22 +126,27 @@ class StopRule:
             k_i = None if d.k_i is None else {r: min(v, depth) for r, v in d.k_i.items()}
             return _replace(d, depth, k_i, f"{d.reason}; stop survival<{self.threshold:g}"
                             f" at k={depth}")
-        if isinstance(conf, Mapping):
-            width = d.k
-            arr = np.zeros((len(ids), width))
+        width = d.k
+        if isinstance(values, Mapping):
+            # a short row ends the request's draft; a request without a row keeps its K
+            arr = np.full((len(ids), width), math.inf if self.mode == "entropy" else 0.0)
             have = np.zeros(len(ids), dtype=bool)
             for i, rid in enumerate(ids):
-                row = conf.get(rid)
+                row = values.get(rid)
                 if row is not None:
                     m = min(len(row), width)
                     arr[i, :m] = row[:m]
                     have[i] = True
         else:
-            arr = np.asarray(conf, dtype=float)[:, : d.k]
-            if arr.shape[0] != len(ids):
+            arr = np.asarray(values, dtype=float)
+            if arr.ndim != 2 or arr.shape[0] != len(ids):
+                what = "entropies" if self.mode == "entropy" else "confidences"
                 raise ValueError(
-                    f"batch confidences have {arr.shape[0]} rows for {len(ids)} requests"
+                    f"batch {what} have {arr.shape[0] if arr.ndim else 0} rows for {len(ids)} "
+                    f"requests (need a 2-D array (batch, width) aligned with req_ids, got shape "
+                    f"{arr.shape})"
                 )
+            arr = arr[:, :width]
             have = None
         depth = self._row_depths(arr, ctx)
         if have is not None:
@@ -92,13 +154,14 @@ class StopRule:
         if d.k_i is None:
             cut = np.minimum(depth, d.k)
         else:
-            cut = np.minimum(depth, np.fromiter((d.k_i[r] for r in ids), np.int64, len(ids)))
+            cut = np.minimum(depth, self._policy_k_i(d.k_i, ids))
         if lo:
             cut = np.maximum(cut, lo)
         k = int(cut.max())
+        thr = self.entropy_threshold if self.mode == "entropy" else self.threshold
+        sign = ">" if self.mode == "entropy" else "<"
         return _replace(
-            d, k, dict(zip(ids, cut.tolist())),
-            f"{d.reason}; stop {self.mode}<{self.threshold:g}",
+            d, k, self._dicts.get(ids, cut), f"{d.reason}; stop {self.mode}{sign}{thr:g}",
         )
 
 
