@@ -26,7 +26,6 @@ import dataclasses
 import json
 import logging
 import os
-import pathlib
 import statistics
 import time
 from collections.abc import Sequence
@@ -34,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from vllm_hust_vspec.adaptive.costmodel import AdditiveModel, CostTable, SpsModel
+from vllm_hust_vspec.adaptive.costmodel import CostTable
 from vllm_hust_vspec.calibration.grid import (
     CalibrationError,
     CalibrationGrid,
@@ -43,6 +42,8 @@ from vllm_hust_vspec.calibration.grid import (
     check_engine_limits,
     load_grid,
 )
+from vllm_hust_vspec.calibration.fit import Window, by_point, holdout_error, subset_problem
+from vllm_hust_vspec.calibration.plan import check_output_path
 
 logger = logging.getLogger("vllm_hust_vspec")
 
@@ -53,18 +54,6 @@ READY_MARGIN_S = 15.0  # start-up left after calibration (EngineCoreProc threads
 # a window this much slower than its point's median was disturbed: it is measured again
 DISTURBED = 0.25
 MAX_BAD_WINDOWS = 3  # windows of a point that may be discarded (batch or rows off) before failing
-
-
-@dataclasses.dataclass(frozen=True)
-class Window:
-    """One measured completion-time window of a grid point."""
-
-    point: int  # index into grid.points()
-    batch: int  # B
-    rows: int  # G = B x (width + 1)
-    width: int
-    index: int  # window number within the point
-    step_s: float  # window time / window_steps
 
 
 @dataclasses.dataclass
@@ -166,7 +155,7 @@ def calibrate_at_start(runtime: Any, engine_core: Any, grid_path: str | None,
     vllm_config = engine_core.vllm_config
     scheduler = engine_core.scheduler
     if output is not None:
-        _check_output(output)
+        check_output_path(output, "adaptive_dspark_cost_table_output")
     graph_buckets = None
     if _captures_graphs(vllm_config):
         graph_buckets = list(vllm_config.compilation_config.cudagraph_capture_sizes or ()) or None
@@ -207,7 +196,7 @@ def calibrate_at_start(runtime: Any, engine_core: Any, grid_path: str | None,
         "holdout": holdout,
         "step_ms": [
             {"batch": b, "target_rows": g, "ms": round(1000 * statistics.median(v), 4)}
-            for (b, g), v in sorted(_by_point(measured.windows).items())
+            for (b, g), v in sorted(by_point(measured.windows).items())
         ],
     }
     try:
@@ -273,7 +262,7 @@ def measure(engine_core: Any, runtime: Any, grid: CalibrationGrid,
     seconds = time.perf_counter() - started
     if stopped:
         measured_points = sorted({(w.batch, w.rows) for w in windows})
-        problem = _subset_problem(grid.cost_model, windows)
+        problem = subset_problem(grid.cost_model, windows)
         if problem is not None:
             raise CalibrationError(
                 grid.source, "time_cap_s",
@@ -461,51 +450,6 @@ class _Driver:
             self.runtime.release_width()
 
 
-# --------------------------------------------------------------------------- fit
-
-
-def fit_model(cost_model: str, samples: Sequence[tuple[int, int, float]]) -> AdditiveModel | SpsModel:
-    return AdditiveModel.fit(samples) if cost_model == "additive" else SpsModel.fit(samples)
-
-
-def holdout_error(cost_model: str, windows: Sequence[Window]) -> dict[str, Any] | None:
-    """Fit on all windows but one per point (point ``p`` holds out its window
-    ``p mod n``), predict the held-out windows; ``{'median', 'max', 'windows'}`` relative
-    errors, or None when some point has a single window."""
-    by_point: dict[int, list[Window]] = {}
-    for w in windows:
-        by_point.setdefault(w.point, []).append(w)
-    if not by_point or min(len(v) for v in by_point.values()) < 2:
-        return None
-    held, train = [], []
-    for p, ws in by_point.items():
-        k = p % len(ws)
-        held.append(ws[k])
-        train.extend(w for j, w in enumerate(ws) if j != k)
-    model = fit_model(cost_model, [(w.batch, w.rows, w.step_s) for w in train])
-    errors = [abs(model.step_ms(w.batch, w.rows) / 1000.0 - w.step_s) / w.step_s for w in held]
-    return {"median": float(statistics.median(errors)), "max": float(max(errors)),
-            "windows": len(errors)}
-
-
-def _by_point(windows: Sequence[Window]) -> dict[tuple[int, int], list[float]]:
-    out: dict[tuple[int, int], list[float]] = {}
-    for w in windows:
-        out.setdefault((w.batch, w.rows), []).append(w.step_s)
-    return out
-
-
-def _subset_problem(cost_model: str, windows: Sequence[Window]) -> str | None:
-    """Why the windows measured so far cannot be fitted, or None when they can."""
-    if not windows:
-        return "no point was measured"
-    try:
-        fit_model(cost_model, [(w.batch, w.rows, w.step_s) for w in windows])
-    except ValueError as exc:
-        return str(exc)
-    return None
-
-
 # --------------------------------------------------------------------------- metadata
 
 
@@ -551,17 +495,6 @@ def _captures_graphs(vllm_config: Any) -> bool:
     from vllm_hust_vspec.host.detect import graph_capable
 
     return graph_capable() and not vllm_config.model_config.enforce_eager
-
-
-def _check_output(path: str) -> None:
-    p = pathlib.Path(path)
-    if p.exists():
-        raise CalibrationError(
-            f"adaptive_dspark_cost_table_output {path}: the file exists; refusing to overwrite "
-            "it (remove it, or load it with --adaptive-dspark-cost-table)")
-    if not p.parent.is_dir():
-        raise CalibrationError(
-            f"adaptive_dspark_cost_table_output {path}: directory {p.parent} does not exist")
 
 
 def _write_new(path: str, table: CostTable) -> None:
