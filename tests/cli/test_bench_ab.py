@@ -79,7 +79,8 @@ def test_dry_run_one_launcher_resolution_per_configuration(fake):
     got = dry_run(fake, "--native-table", "1-2:4,3-8:2,9-16:1", "--",
                   "--config", PRESET, "--max-num-seqs", "16")
     assert [n for n in got if n != "_cells"] == [
-        "none", "fixed-k1", "fixed-k2", "fixed-k3", "fixed-k4", "native_table", "online"]
+        "none", "fixed-k1", "fixed-k2", "fixed-k3", "fixed-k4", "native_table", "online",
+        "budget"]
     # the same host flags everywhere
     host = [re.sub(r" --speculative-config '[^']+'", "", got[n]["cmd"]) for n in got if n != "_cells"]
     assert len(set(host)) == 1 and "--max-num-seqs 16" in host[0]
@@ -101,6 +102,10 @@ def test_dry_run_one_launcher_resolution_per_configuration(fake):
     assert online["env"]["HUST_VSPEC_ADAPTIVE_POLICY"] == "online"
     assert online["env"]["HUST_VSPEC_ADAPTIVE_TRACE_FILE"] == str(fake["out"] / "traces" / "online-r1.jsonl")
     assert spec_of(online["cmd"])["num_speculative_tokens"] == 4
+    budget = got["budget"]  # calibrates its cost table at start (built-in grid)
+    assert budget["plugin"] == "on" and budget["k"] == 4
+    assert budget["env"]["HUST_VSPEC_ADAPTIVE_POLICY"] == "budget"
+    assert spec_of(budget["cmd"])["num_speculative_tokens"] == 4
     assert got["_cells"] == ["code@1", "code@4", "code@16", "hard@1", "hard@4", "hard@16",
                              "mixed@1", "mixed@4", "mixed@16", "shifting@1", "shifting@4",
                              "shifting@16", "swing@swing"]

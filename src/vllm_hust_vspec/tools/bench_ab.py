@@ -43,7 +43,7 @@ from .fixture_dir import fixtures_dir
 from .bench_server import BaseLaunch, Server, ServerCommand, ServerError, resolve_base, server_command
 
 PROG = "vllm-hust-vspec-bench"
-DEFAULT_CONFIGS = "none,fixed,native_table,online"
+DEFAULT_CONFIGS = "none,fixed,native_table,online,budget"
 DEFAULT_CONCURRENCY = "1,4,16"
 PREVIEW_PORT = 8000  # the port shown in dry runs (real runs pick a free one per server)
 
