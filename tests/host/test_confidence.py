@@ -108,6 +108,24 @@ def baseline(fixtures_dir, prompts):
     return out
 
 
+def _cost_table(path):
+    """An additive cost table for batch <= 8 and Kmax 4 (G <= 40): 10 ms a step, 0.5 ms per
+    target row beyond 8 (``docs/formats.md``, "Cost table")."""
+    import json
+
+    rows = [8, 16, 24, 32, 40]
+    path.write_text(json.dumps({
+        "format": "vspec-cost-table", "version": 1, "cost_model": "additive", "draft_width": KMAX,
+        "buckets": {"requests": [1, 2, 4, 8], "target_rows": rows},
+        "model_id": "test", "dtype": "float32", "quantization": None,
+        "parallel": {"tensor_parallel_size": 1}, "execution": {"enforce_eager": True},
+        "host_version": "0.32.0",
+        "additive": {"bias_s": 0.010, "alpha_s": {"1": 0.0, "2": 0.0, "4": 0.0, "8": 0.0},
+                     "theta_s": {str(g): 0.0005 * (g - 8) for g in rows}},
+    }))
+    return path
+
+
 def _budget_run(llm, prompts, trace, monkeypatch):
     rt = runtime_of(llm)
     _, before_d, before_r = read_decisions(trace)  # lines of an earlier run in this engine
@@ -125,10 +143,13 @@ def _budget_run(llm, prompts, trace, monkeypatch):
 def runs(fixtures_dir, prompts, tmp_path_factory):
     """Per backend: one engine started under ``online`` and switched to ``budget`` in place
     (``EngineRuntime.reconfigure``: a budget engine started as such first runs the start-up
-    cost calibration, tested elsewhere; here the budget prices steps with the online model).
+    cost calibration, tested elsewhere).  Here the budget prices steps with a fixed cost table
+    written by the test (10 ms a step plus 0.5 ms per verified row beyond the batch), so
+    which drafts it keeps depends on their confidences, not on this machine's timing noise.
     The draft_model engine first generates under ``online`` for (d)."""
     from vllm_hust_vspec import settings as settings_mod
 
+    table = _cost_table(tmp_path_factory.mktemp("cost") / "table.json")
     mp = pytest.MonkeyPatch()
     out = {}
     try:
@@ -151,7 +172,7 @@ def runs(fixtures_dir, prompts, tmp_path_factory):
                                          "outcomes": {k: list(v) for k, v in
                                                       rt.confidence_outcomes.items()}}
                         mp.undo()
-                    rt.reconfigure(settings_mod.Settings({"adaptive_policy": "budget"}))
+                    rt.reconfigure(settings_mod.Settings({"adaptive_policy": f"budget:{table}"}))
                     out[method] = _budget_run(llm, prompts, trace, mp)
                     mp.undo()
                 finally:
