@@ -236,8 +236,11 @@ def _checked_samples(samples: Iterable[tuple[int, int, float]]) -> Iterable[tupl
         yield int(b), int(g), float(sec)
 
 
-def _require_connected(rows: Sequence[tuple[int, int, float]]) -> None:
-    """The bipartite (request bucket, row bucket) graph of the samples must be connected."""
+def request_components(by_b: Mapping[int, Iterable[int]]) -> list[set[int]]:
+    """Request buckets grouped by connectivity through shared target-row buckets G
+    (union-find over the bipartite B-G graph; ``by_b``: B -> its G values), the group of
+    the smallest B first.  The additive model separates alpha(B) from theta(G) only when
+    there is one group."""
     parent: dict[tuple[str, int], tuple[str, int]] = {}
 
     def find(x: tuple[str, int]) -> tuple[str, int]:
@@ -247,10 +250,22 @@ def _require_connected(rows: Sequence[tuple[int, int, float]]) -> None:
             x = parent[x]
         return x
 
+    for b, gs in by_b.items():
+        find(("b", b))
+        for g in gs:
+            parent[find(("b", b))] = find(("g", g))
+    groups: dict[tuple[str, int], set[int]] = {}
+    for b in sorted(by_b):
+        groups.setdefault(find(("b", b)), set()).add(b)
+    return sorted(groups.values(), key=min)
+
+
+def _require_connected(rows: Sequence[tuple[int, int, float]]) -> None:
+    """The bipartite (request bucket, row bucket) graph of the samples must be connected."""
+    by_b: dict[int, list[int]] = {}
     for b, g, _ in rows:
-        parent[find(("b", b))] = find(("g", g))
-    roots = {find(x) for x in list(parent)}
-    if len(roots) > 1:
+        by_b.setdefault(b, []).append(g)
+    if len(request_components(by_b)) > 1:
         raise ValueError("additive fit: the (request bucket, target rows) grid is not connected through shared G values")
 
 

@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from vllm_hust_vspec.adaptive.costmodel import COST_MODELS, CostTable, CostTableError
+from vllm_hust_vspec.adaptive.costmodel import COST_MODELS, CostTable, CostTableError, request_components
 from vllm_hust_vspec.settings import SettingsError
 
 DEFAULTS_SOURCE = "calibration defaults"
@@ -350,7 +350,7 @@ def _captured_buckets(
     if not buckets:
         return [], [], ()
     by_b = {b: [b * (w + 1) for w in range(width + 1) if b * (w + 1) in have] for b in buckets}
-    component = _components(by_b)[0]
+    component = request_components(by_b)[0]
     kept = [b for b in buckets if b in component]
     left = [b for b in buckets if b not in component]
     rows = sorted({g for b in kept for g in by_b[b]})
@@ -495,33 +495,11 @@ def _check_contexts(grid: CalibrationGrid, max_model_len: int | None, source: st
             )
 
 
-def _components(by_b: Mapping[int, Sequence[int]]) -> list[set[int]]:
-    """Request buckets grouped by connectivity through shared G (union-find over the
-    bipartite B-G graph), the component of the smallest B first."""
-    parent: dict[tuple[str, int], tuple[str, int]] = {}
-
-    def find(x: tuple[str, int]) -> tuple[str, int]:
-        parent.setdefault(x, x)
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    for b, gs in by_b.items():
-        find(("b", b))
-        for g in gs:
-            parent[find(("b", b))] = find(("g", g))
-    groups: dict[tuple[str, int], set[int]] = {}
-    for b in sorted(by_b):
-        groups.setdefault(find(("b", b)), set()).add(b)
-    return sorted(groups.values(), key=min)
-
-
 def _check_connected(grid: CalibrationGrid, source: str) -> None:
     """The additive model separates alpha(B) from theta(G) only when the (B, G) points are
     connected through shared G values."""
     by_b = {b: [b * (w + 1) for w in grid.widths_for(b)] for b in grid.request_buckets}
-    groups = _components(by_b)
+    groups = request_components(by_b)
     if len(groups) > 1:
         parts = " | ".join(
             "B " + ",".join(str(b) for b in sorted(g)) + " (G "
