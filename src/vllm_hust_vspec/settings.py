@@ -160,7 +160,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("adaptive_control_interval", "int", 1,
            "Steps between K decisions (1 = every step).", minimum=1, group="controller"),
     Option("adaptive_hysteresis", "float", 0.01,
-           "Relative goodput gain a new K must promise before the controller switches.",
+           "Relative goodput gain a new K (budget: a new depth cap) must promise before the controller switches.",
            minimum=0.0, maximum=1.0, group="controller"),
     Option("adaptive_max_gamma_step", "int", 8,
            "Largest change of K between two decisions.", minimum=1, group="controller"),

@@ -208,3 +208,24 @@ def test_policy_invalid_k_is_refused():
     register_policy("bad-k-test", lambda a, k, c: Bad(), replace=True)
     with pytest.raises(ValueError, match=r"chose K=9 outside \[0, 3\]"):
         Controller(ControllerConfig(kmax=3, policy="bad-k-test")).decide(_view(1))
+
+
+def test_ki_array_reads_like_a_dict():
+    """KiArray (per-request K_i of the budget policy and the stop rule) is a read-only
+    mapping; ki_array hands back its array for the same batch and looks a plain dict up."""
+    from vllm_hust_vspec.adaptive import KiArray, ki_array
+
+    ids = ("a", "b", "c")
+    k = KiArray(ids, np.array([2, 0, 3]))
+    assert k == {"a": 2, "b": 0, "c": 3} and dict(k) == {"a": 2, "b": 0, "c": 3}
+    assert k["c"] == 3 and k.get("z", 7) == 7 and len(k) == 3 and list(k) == list(ids)
+    assert max(k.values()) == 3
+    assert ki_array(k, ids) is k.array and ki_array(k, tuple(ids)).tolist() == [2, 0, 3]
+    assert ki_array(k, ("c", "a")).tolist() == [3, 2]
+    assert ki_array({"a": 1, "b": 4}, ("b", "a")).tolist() == [4, 1]
+    with pytest.raises(KeyError):
+        ki_array(k, ("a", "x"))
+    with pytest.raises(ValueError):
+        k.array[0] = 5  # decisions may share it
+    with pytest.raises(ValueError, match="batch of 2"):
+        KiArray(("a", "b"), np.array([1, 2, 3]))

@@ -14,8 +14,10 @@ With this harness's step cost (a drafter pass costs 12.8 ms at batch 256) ``budg
 confidences settles on a depth cap of 0: its rounds time the held decisions (no survival
 needed) plus a re-selection every 16th decision and on every probe
 (src/vllm_hust_vspec/adaptive/policies/budget.py, "Selection schedule").  The drafting
-regime (a cheap drafter: depth cap ~3, per-request K_i) is timed by
-``test_budget_drafting_under_50us`` (a known gap: see the comment there)."""
+regime (a cheap drafter: depth cap 3-4, per-request K_i) is timed by
+``test_budget_drafting_under_50us`` in the engine's array form (see the comment there).
+Where the batch has confidences they are informative (position j accepted with
+probability c_j), so the calibration learns a real map."""
 
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ from vllm_hust_vspec.adaptive import (
     ControllerConfig,
     RequestResult,
     StepResult,
+    ki_array,
 )
 from vllm_hust_vspec.adaptive.generators import generate
 from vllm_hust_vspec.adaptive.policies import registry
@@ -51,6 +54,9 @@ def _run(policy: str, conf: bool = False, arrays: bool = False, ent: bool = Fals
     ids = tuple(f"req-{i}" for i in range(B))
     confs = rng.random((B, KMAX)) if conf else None
     acc_len = rng.integers(0, KMAX + 1, size=(32, B))
+    if conf:  # informative confidences: position j is accepted with probability c_j
+        ok = rng.random((32, B, KMAX)) < confs[None]
+        acc_len = np.where(ok.all(2), KMAX, ok.argmin(2))
     # top-8 entropies in [0, ln 8): about half the positions above the default 1.0 nats
     ents = rng.random((B, KMAX)) * np.log(8.0) if ent else None
     view = BatchView(0, ids, None, confs, ents)
@@ -70,8 +76,7 @@ def _run(policy: str, conf: bool = False, arrays: bool = False, ent: bool = Fals
             t0 = clock()
             d = ctl.decide(view)
             spent += clock() - t0
-            ki = np.full(B, d.k) if d.k_i is None else np.fromiter(
-                (d.k_i[r] for r in ids), np.int64, B)
+            ki = np.full(B, d.k) if d.k_i is None else ki_array(d.k_i, ids)
             acc = np.minimum(ki, acc_len[step % 32])
             kis.append(ki)
             ms = 3.0 + max(18.0, token_ms * (B + int(ki.sum()))) + d.k * draft_ms
@@ -160,29 +165,29 @@ def test_observe_decide_under_50us(policy, kw, profile_path):
 
 
 # ``budget`` in its drafting regime: with a cheap drafter (0.3 ms a pass, 0.02 ms a verified
-# token) it settles on a depth cap of about 3 and per-request K_i from each request's
-# confidences, so every decision computes the survival of every request and builds a K_i
-# dict, and observe() learns the confidence calibration from verified drafts.
-#
-# KNOWN GAP (issue 3, 50 us target): this regime measures ~80-84 us per step with one
-# RequestResult per request and ~70-72 us with the arrays (2026-11-29, 2-core CPU host;
-# held decision ~40 us, re-selection ~80-95 us on ~13% of decisions, observe() ~30-33 us:
-# the per-request counting pass, the calibration update of 16 requests, the step-cost fit),
-# against ~85-95 us before the selection schedule was relaxed.  Until it is met, the time
-# check is a non-strict xfail reporting the measured number; the regime checks (non-zero,
-# varying K_i) are strict.
-DRAFTING = [{}, {"arrays": True}]
+# token) it settles on a depth cap of 3-4 and per-request K_i from each request's
+# confidences, so every decision computes the survival of every request under the cap and
+# observe() learns the confidence calibration from the verified drafts.  The engine passes
+# this form (StepResult.drafted / accepted / confidences arrays, runtime/verified.py), and it
+# is held to the 50 us.  The same steps as 256 RequestResult objects cost ~25-30 us more
+# (2026-11-29, 2-core CPU host: reading 256 objects to count them, ~13 us, and the calibration's
+# Python loop over their confidence tuples, ~13 us); that form is printed, not held to it.
+def test_budget_drafting_under_50us():
+    us, kis = _run("budget", conf=True, cheap_draft=True, arrays=True)
+    _check_drafting(kis)
+    print(f"budget drafting (arrays): {us:.1f} us/step")
+    assert us <= BUDGET_US, f"budget drafting (arrays): {us:.1f} us per step > {BUDGET_US}"
 
 
-@pytest.mark.parametrize("kw", DRAFTING, ids=["requests", "arrays"])
-def test_budget_drafting_under_50us(kw):
-    us, kis = _run("budget", conf=True, cheap_draft=True, **kw)
+def test_budget_drafting_request_objects():
+    us, kis = _run("budget", conf=True, cheap_draft=True, rounds=8)
+    _check_drafting(kis)
+    print(f"budget drafting (RequestResult objects, not held to {BUDGET_US:g} us): {us:.1f} us/step")
+
+
+def _check_drafting(kis: list[np.ndarray]) -> None:
+    """The timed regime really drafts, with K_i that differ between requests."""
     drafted = [ki for ki in kis if ki.max() > 0]
-    # the timed regime really drafts, with K_i that differ between requests
     assert len(drafted) >= 0.9 * len(kis), f"only {len(drafted)}/{len(kis)} decisions draft"
     assert sum(len(np.unique(ki)) > 1 for ki in drafted) >= 0.5 * len(drafted)
     assert 1.0 <= np.mean([ki.mean() for ki in drafted]) < KMAX - 1
-    print(f"budget drafting {kw}: {us:.1f} us/step")
-    if us > BUDGET_US:
-        pytest.xfail(f"known gap: budget drafting {kw}: {us:.1f} us per step > {BUDGET_US} "
-                     "(see the comment above this test)")

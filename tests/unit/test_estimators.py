@@ -59,6 +59,11 @@ def test_position_counts_bad_input():
         position_counts_arrays([2], [3], 4)
     with pytest.raises(ValueError, match="aligned"):
         position_counts_arrays([2, 1], [1], 4)
+    # keys d * 5 + a that would alias a valid cell: (0, 6) -> (1, 1), (2, -4) -> (1, 1),
+    # (-1, 4) -> negative, (5, 0) past the table, (1, 2) invalid cell
+    for d, a in ((0, 6), (2, -4), (-1, 4), (5, 0), (1, 2), (4, 5)):
+        with pytest.raises(ValueError, match="accepted <= drafted <= kmax=4"):
+            position_counts_arrays([3, d], [1, a], 4)
 
 
 # ----------------------------------------------------------------------------- acceptance
@@ -198,3 +203,38 @@ def test_calibration_learns_map():
     assert cal.calibrate(0.95) == pytest.approx(0.95**2, abs=0.08)
     assert cal.calibrate(0.35) == pytest.approx(0.35**2, abs=0.08)
     assert cal.calibrate(-1.0) == table[0] and cal.calibrate(2.0) == table[-1]
+
+
+def test_calibration_arrays_counts_by_hand():
+    """update_arrays (vectorised, one update every `period` steps at a large batch) counts
+    the reached / accepted positions per bin of a rotating subset of period * 16 rows, with
+    the decay of every step it covers; checked against a count by hand."""
+    rng = np.random.default_rng(5)
+    bins = 10
+    for batch, steps in ((8, 6), (40, 8), (256, 24)):
+        cal = ConfidenceCalibrator(bins=bins, weight=0.05, max_requests=16)
+        period = min(8, max(1, batch // 16))
+        tried = np.zeros(bins)
+        acc = np.zeros(bins)
+        offset = samples = 0
+        for step in range(steps):
+            conf = rng.random((batch, 5))
+            conf[:, 0] = np.where(rng.random(batch) < 0.1, 1.0, conf[:, 0])  # top edge: last bin
+            d = rng.integers(0, 6, batch)
+            a = np.array([rng.integers(0, x + 1) for x in d])
+            cal.update_arrays(conf, d, a)
+            if (step + 1) % period:
+                continue
+            tried *= 0.95**period
+            acc *= 0.95**period
+            take = min(batch, 16 * period)
+            for i in (np.arange(take) + offset) % batch:
+                for j in range(min(d[i], a[i] + 1)):
+                    b = min(int(conf[i, j] * bins), bins - 1)
+                    tried[b] += 1
+                    acc[b] += j < a[i]
+                    samples += 1
+            offset += take
+        assert cal.tried == pytest.approx(tried)
+        assert cal.accepted == pytest.approx(acc)
+        assert cal.samples == samples > 0

@@ -8,13 +8,15 @@
 """
 
 from .controller import Controller, ControllerConfig
-from .observations import BatchView, Decision, RequestResult, StepResult
+from .observations import BatchView, Decision, KiArray, RequestResult, StepResult, ki_array
 
 __all__ = [
     "BatchView",
     "Controller",
     "ControllerConfig",
     "Decision",
+    "KiArray",
     "RequestResult",
     "StepResult",
+    "ki_array",
 ]

@@ -62,29 +62,39 @@ def position_counts(
             bad = next((x for x in results if x.drafted > kmax), None)
             raise ValueError(f"bad request result {bad!r}: drafted > kmax={kmax}") from None
         hist = np.array(counts, dtype=np.int64)
-    if hist[0] == len(results):  # nothing drafted (K = 0): nothing reached
-        return [0] * kmax, [0] * kmax, 0, 0
-    return _fold(hist, kmax)
+    return _fold(hist, kmax)[:4]
 
 
 def position_counts_arrays(drafted, accepted, kmax: int) -> tuple[list[int], list[int], int, int]:
-    """:func:`position_counts` from two aligned integer arrays (the fast path)."""
+    """:func:`position_counts` from two aligned integer arrays (the fast path).
+
+    Validation costs two numpy calls: ``accepted`` in ``[0, kmax]`` (as unsigned, a
+    negative count is huge), which makes every key ``drafted * (kmax + 1) + accepted`` with
+    ``drafted`` in ``[0, kmax]`` a distinct cell of the histogram; a negative ``drafted``
+    then gives a negative key (bincount refuses it), a ``drafted > kmax`` a key past the
+    table, and ``accepted > drafted`` lands in a cell the fold counts as invalid."""
     d = np.asarray(drafted, dtype=np.int64)
     a = np.asarray(accepted, dtype=np.int64)
     if d.shape != a.shape or d.ndim != 1:
         raise ValueError(f"drafted/accepted arrays must be 1-D and aligned, got {d.shape}, {a.shape}")
     stride = kmax + 1
     if not len(d):
-        return _fold(np.zeros(stride * stride, dtype=np.int64), kmax)
-    # with 0 <= accepted <= drafted, a key lands past the table iff drafted > kmax
-    if a.min() < 0 or (a > d).any():
-        raise ValueError(f"bad per-request counts: need 0 <= accepted <= drafted <= kmax={kmax}")
-    hist = np.bincount(d * stride + a, minlength=stride * stride)
-    if len(hist) > stride * stride:
-        raise ValueError(f"bad per-request counts: need 0 <= accepted <= drafted <= kmax={kmax}")
-    if hist[0] == len(d):  # nothing drafted (K = 0): nothing reached
         return [0] * kmax, [0] * kmax, 0, 0
-    return _fold(hist, kmax)
+    bad = f"bad per-request counts: need 0 <= accepted <= drafted <= kmax={kmax}"
+    if a.view(np.uint64).max() > kmax:
+        raise ValueError(bad)
+    keys = d * stride
+    keys += a
+    try:
+        hist = np.bincount(keys, minlength=stride * stride)
+    except ValueError:  # a negative key: drafted < 0
+        raise ValueError(bad) from None
+    if len(hist) > stride * stride:
+        raise ValueError(bad)
+    tried, acc, dsum, asum, invalid = _fold(hist, kmax)
+    if invalid:
+        raise ValueError(bad)
+    return tried, acc, dsum, asum
 
 
 _FOLD: dict[int, np.ndarray] = {}
@@ -92,15 +102,19 @@ _FOLD: dict[int, np.ndarray] = {}
 
 def _fold_matrix(kmax: int) -> np.ndarray:
     """Integer matrix mapping the (drafted, accepted) histogram (``d * (kmax + 1) + a``) to
-    ``[tried_1..tried_kmax, accepted_1..accepted_kmax, drafted_total, accepted_total]``:
-    a request reaches positions ``1..min(drafted, accepted + 1)`` and accepts ``1..accepted``."""
+    ``[tried_1..tried_kmax, accepted_1..accepted_kmax, drafted_total, accepted_total,
+    invalid]``: a request reaches positions ``1..min(drafted, accepted + 1)`` and accepts
+    ``1..accepted``; ``invalid`` counts the cells with ``accepted > drafted``."""
     m = _FOLD.get(kmax)
     if m is None:
         stride = kmax + 1
-        m = np.zeros((stride * stride, 2 * kmax + 2), dtype=np.int64)
+        m = np.zeros((stride * stride, 2 * kmax + 3), dtype=np.int64)
         for d in range(stride):
-            for a in range(d + 1):
+            for a in range(stride):
                 row = m[d * stride + a]
+                if a > d:
+                    row[2 * kmax + 2] = 1
+                    continue
                 row[: min(d, a + 1)] = 1
                 row[kmax : kmax + a] = 1
                 row[2 * kmax] = d
@@ -109,9 +123,9 @@ def _fold_matrix(kmax: int) -> np.ndarray:
     return m
 
 
-def _fold(hist: np.ndarray, kmax: int) -> tuple[list[int], list[int], int, int]:
+def _fold(hist: np.ndarray, kmax: int) -> tuple[list[int], list[int], int, int, int]:
     out = (hist @ _fold_matrix(kmax)).tolist()  # one integer matmul, Python ints out
-    return out[:kmax], out[kmax : 2 * kmax], out[2 * kmax], out[2 * kmax + 1]
+    return out[:kmax], out[kmax : 2 * kmax], out[2 * kmax], out[2 * kmax + 1], out[2 * kmax + 2]
 
 
 # ----------------------------------------------------------------------------- acceptance
@@ -523,12 +537,13 @@ class StepCostModel:
 class ConfidenceCalibrator:
     """Binned, monotone map from a draft confidence in [0, 1] to acceptance probability.
 
-    Counts per bin are decayed by ``1 - weight`` per update; an empty bin falls back to the
+    Counts per bin are decayed by ``1 - weight`` per step; an empty bin falls back to the
     confidence itself (prior strength ``prior_strength``).  The map is made non-decreasing
-    with pool-adjacent-violators after each update (only when it is not already).
-    ``max_requests`` bounds the work per step (a rotating subset of the batch is used, so
-    both update paths are tight Python loops over at most that many rows); the table the
-    policies read is refreshed every ``REFRESH_EVERY`` updates.
+    with pool-adjacent-violators when it is refreshed (only when it is not already).
+    ``max_requests`` rows per step are learnt from (a rotating subset of the batch), which
+    bounds the work: :meth:`update` is a tight Python loop over them, :meth:`update_arrays`
+    a few numpy calls every few steps; the table the policies read is refreshed every
+    ``REFRESH_EVERY`` updates.
     """
 
     def __init__(
@@ -554,6 +569,8 @@ class ConfidenceCalibrator:
         self._array = (np.arange(bins) + 0.5) / bins
         self._table: list[float] = self._array.tolist()
         self._dirty = 0  # updates since the table was refreshed
+        self._waited = 0  # update_arrays calls since its last update (see there)
+        self._codes: dict[int, np.ndarray] = {}  # width -> outcome codes (update_arrays)
 
     @property
     def tried(self) -> np.ndarray:
@@ -637,44 +654,56 @@ class ConfidenceCalibrator:
 
     def update_arrays(self, confidences, drafted, accepted) -> None:
         """:meth:`update` from aligned arrays: ``confidences`` of shape (batch, width) (the
-        verified drafts' confidences, padding ignored), ``drafted`` and ``accepted`` 1-D."""
+        verified drafts' confidences, padding ignored), ``drafted`` and ``accepted`` 1-D
+        (validated counts, ``0 <= accepted <= drafted``, as the controller passes them).
+
+        Vectorised: every verified position gets an outcome code from a table indexed by
+        (drafted, accepted) (not reached / rejected / accepted), and one bincount of
+        ``confidence bin + bins * code`` counts them.  A numpy update costs about as much
+        for 128 rows as for 16, so at a large batch it runs once every ``period`` steps
+        (``period = min(MAX_PERIOD, batch // max_requests)``) over ``period * max_requests``
+        rows with the decay of ``period`` steps: the same rows per step and the same
+        memory as an update every step."""
         conf = np.asarray(confidences, dtype=float)
         n = len(conf)
         if n == 0:
             return
         if conf.ndim != 2:
             raise ValueError(f"confidences must be a 2-D (batch, width) array, got shape {conf.shape}")
-        start, take = self._subset(n)
+        self._waited += 1
+        period = n // self.max_requests
+        if period > MAX_PERIOD:
+            period = MAX_PERIOD
+        if self._waited < period:
+            return
+        steps = self._waited
+        self._waited = 0
+        start = self._offset % n
+        take = min(n, self.max_requests * steps)
+        self._offset += take
         if start + take <= n:  # a view, no copy
             rows: slice | np.ndarray = slice(start, start + take)
         else:
             rows = np.arange(start, start + take) % n
         width = conf.shape[1]
         bins = self.bins
-        top = bins - 1
-        rejected = [0] * bins
-        acc = [0] * bins
-        for row, d, a in zip(conf[rows].tolist(), np.asarray(drafted)[rows].tolist(),
-                             np.asarray(accepted)[rows].tolist()):
-            reach = a + 1 if d > a else d
-            if reach > width:
-                reach = width
-            for j in range(reach):
-                x = row[j] * bins
-                # as numpy's float -> int cast: truncation; non-finite values to bin 0
-                i = int(x) if -9.2e18 < x < 9.2e18 else 0
-                if i > top:
-                    i = top
-                elif i < 0:
-                    i = 0
-                if j < a:
-                    acc[i] += 1
-                else:
-                    rejected[i] += 1
-        # decay, then add the rejected and the accepted positions (in this order)
-        d = self.decay
-        self._tried = [x * d + r + y for x, r, y in zip(self._tried, rejected, acc)]
-        self._accepted = [x * d + y for x, y in zip(self._accepted, acc)]
+        codes = self._codes.get(width)
+        if codes is None:
+            codes = self._codes[width] = _outcome_codes(width, bins)
+        d = np.minimum(np.asarray(drafted)[rows], width)
+        a = np.minimum(np.asarray(accepted)[rows], d)
+        d *= width + 1
+        d += a
+        keys = (conf[rows] * bins).astype(np.intp)  # as numpy casts: truncation
+        np.clip(keys, 0, bins - 1, out=keys)  # out of range (and non-finite) to the end bins
+        keys += codes.take(d, axis=0)
+        h = np.bincount(keys.ravel(), minlength=3 * bins).tolist()
+        rejected = h[bins : 2 * bins]
+        acc = h[2 * bins :]
+        # decay (once per step covered), then add the rejected and the accepted positions
+        f = self.decay**steps
+        self._tried = [x * f + r + y for x, r, y in zip(self._tried, rejected, acc)]
+        self._accepted = [x * f + y for x, y in zip(self._accepted, acc)]
         self.samples += sum(rejected) + sum(acc)
         self._dirty += 1
 
@@ -709,6 +738,21 @@ class ConfidenceCalibrator:
 
 
 REFRESH_EVERY = 2  # updates between refreshes of the table the policies read (table_array)
+MAX_PERIOD = 8  # update_arrays at a large batch: at most one update per this many steps
+
+
+def _outcome_codes(width: int, bins: int) -> np.ndarray:
+    """Per (drafted, accepted) key ``d * (width + 1) + a``, the key offset of each of the
+    ``width`` positions: 0 not reached, ``bins`` rejected (position ``a + 1`` when
+    ``d > a``), ``2 * bins`` accepted (positions ``1..a``)."""
+    stride = width + 1
+    out = np.zeros((stride * stride, width), dtype=np.intp)
+    for d in range(stride):
+        for a in range(d + 1):
+            out[d * stride + a, :a] = 2 * bins
+            if d > a:
+                out[d * stride + a, a] = bins
+    return out
 
 
 def _pav(values: Sequence[float], weights: Sequence[float]) -> list[float]:

@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from .observations import BatchView, RequestResult, StepResult
+from .observations import BatchView, RequestResult, StepResult, ki_array
 
 TRACE_FORMAT = "vspec-trace"
 TRACE_VERSION = 1
@@ -467,7 +467,7 @@ def run_controller(
                 ki = np.full(len(running), decision.k, dtype=np.int64)
             else:
                 try:
-                    ki = np.fromiter((decision.k_i[r] for r in req_ids), dtype=np.int64, count=len(req_ids))
+                    ki = ki_array(decision.k_i, req_ids)
                 except KeyError as exc:
                     raise RuntimeError(f"policy {policy!r} gave no K_i for request {exc.args[0]!r}") from None
             if len(ki) and (ki.min() < 0 or ki.max() > kmax):

@@ -71,30 +71,6 @@ class Policy(ABC):
         return {"name": self.name}
 
 
-class KiDicts:
-    """Builds ``{req_id: K_i}`` for a batch from an array of K_i, handing back the previous
-    dict when the batch and the values are unchanged (``Decision.k_i`` is read-only, so
-    decisions may share it; a fresh dict costs ~8 microseconds at batch 256)."""
-
-    __slots__ = ("_ids", "_key", "_dict")
-
-    def __init__(self) -> None:
-        self._ids: tuple[str, ...] | None = None
-        self._key = b""  # the values' bytes and dtype
-        self._dict: dict[str, int] = {}
-
-    def get(self, ids: tuple[str, ...], k_i: np.ndarray) -> dict[str, int]:
-        """``dict(zip(ids, k_i))`` (``k_i``: 1-D integer array aligned with ``ids``)."""
-        key = k_i.tobytes() + k_i.dtype.char.encode()
-        last = self._ids
-        if last is not None and key == self._key and (ids is last or ids == last):
-            return self._dict
-        self._ids = ids
-        self._key = key
-        self._dict = dict(zip(ids, k_i.tolist()))
-        return self._dict
-
-
 def decision(
     ctx: PolicyContext,
     k: int,

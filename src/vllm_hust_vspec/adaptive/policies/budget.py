@@ -32,27 +32,29 @@ approximation: thresholds move in steps of 1/64 of survival (expected tokens are
 
 Selection schedule: a selection (cap, threshold) is held for ``RESELECT`` = 2 decisions;
 each re-selection that confirms it (same cap, threshold within one level) doubles the hold,
-up to ``MAX_HOLD`` = 8 (``MAX_HOLD_0`` = 16 for a cap of 0: nothing is drafted and a held
-decision needs no survival at all).  It is re-selected at once when the batch size moves by
-more than 1/8, when a new request joins the end of the batch, on every probe, and (cap > 0)
-when a held decision admits more than 1/8 more or fewer slots than the selection did; the
-selection made after such a drift is held ``RESELECT`` decisions (its admitted slots are
-the new reference), then doubles again while confirmed.  In between, each
-request's K_i still follows its own confidences: one comparison of its log survival with
-the held threshold and one matmul (the selection is the dear part of a decision,
-tests/unit/test_decide_speed.py); under a held cap of 0 every K_i is 0 without a look at the
-confidences.  On the simulator table this schedule matches re-selecting every 2nd decision
-(hetero budget/online 1.005 / 1.125 / 1.148 against 1.004 / 1.125 / 1.148; seeds 0-7 at
-twice the trace length: mean 1.105 against 1.104) while re-selecting on about 13% of the
-decisions of a drafting batch of 256 (tests/unit/test_decide_speed.py, cheap drafter).
+up to ``MAX_HOLD`` = 16 (``MAX_HOLD_0`` = 16 for a cap of 0: nothing is drafted and a held
+decision needs no survival at all).  A re-selection keeps the held cap unless another cap
+is better by more than ``hysteresis`` (near-ties between two caps would otherwise flip the
+cap, and reset the hold, at every re-selection).  It is re-selected at once when the batch
+size moves by more than 1/8, when a new request joins the end of the batch, on every probe,
+and (cap > 0) when a held decision admits more than 1/8 more or fewer slots than the
+selection did; the selection made after such a drift is held ``RESELECT`` decisions (its
+admitted slots are the new reference), then doubles again while confirmed.  In between,
+each request's K_i still follows its own confidences: the log survival of the positions
+under the held cap, one comparison with the held threshold and one matmul (the selection
+is the dear part of a decision, tests/unit/test_decide_speed.py); under a held cap of 0
+every K_i is 0 without a look at the confidences.  On the simulator table (hetero
+budget/online 1.002 / 1.122 / 1.150, `python scripts/sim_table.py`) this schedule matches
+re-selecting every 2nd decision (1.004 / 1.125 / 1.148) while re-selecting on about 7% of
+the decisions of a drafting batch of 256 (tests/unit/test_decide_speed.py, cheap drafter).
 
 Like ``online`` it warms up on uniform K (descending, ``warmup_samples`` each) so the cost
 model sees every depth. Exploration is cheap: every ``round(1 / exploration)``-th decision
 drafts every request one position deeper than its budget (K_i + 1), which measures the
 slots the budget left out. Nothing latches: an empty budget (K = 0) gives no acceptance
 data, the acceptance estimates decay back to their optimistic prior, and the next probe
-drafts position 1 for everyone. ``hysteresis`` and ``max_gamma_step`` do not apply: K_i
-follow the requests step by step.
+drafts position 1 for everyone. ``max_gamma_step`` does not apply: K_i follow the
+requests step by step (``hysteresis`` only keeps the depth cap, see above).
 """
 
 from __future__ import annotations
@@ -64,14 +66,14 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..costmodel import CostTable
-from ..observations import BatchView, Decision
-from .base import KiDicts, Policy, PolicyContext, decision
+from ..observations import BatchView, Decision, KiArray
+from .base import Policy, PolicyContext, decision
 from .registry import register_policy
 
 LEVELS = 64  # survival levels per draft position: level l holds survival in ((63-l)/64, (64-l)/64]
 REPRICE = 3  # candidates re-priced exactly per selection
 RESELECT = 2  # decisions a new selection is held (see the module docstring for earlier triggers)
-MAX_HOLD = 8  # the hold doubles up to this while re-selections confirm the choice (depth cap > 0)
+MAX_HOLD = 16  # the hold doubles up to this while re-selections confirm the choice (depth cap > 0)
 MAX_HOLD_0 = 16  # the same for a depth cap of 0 (nothing drafted: a held decision is nearly free)
 _MIN_LOG = -40.0  # per-position floor of the log confidence (finite: no 0 * inf in matmuls,
 # and the survival exp(8 * -40) stays > 0)
@@ -88,7 +90,7 @@ class _Selection(NamedTuple):
     ratio: float  # expected committed tokens per ms
     ms: float  # its predicted step ms
     source: str  # which cost model priced it
-    thr_row: np.ndarray  # per position: admit while log survival >= it (inf at depth >= cap)
+    thr: float  # admit a slot under the cap while its log survival >= thr
     reasons: dict  # (probe, held) -> reason text, built once
     hold: int  # decisions this selection is held
     slots: int  # slots it admitted
@@ -115,13 +117,13 @@ class BudgetPolicy(Policy):
         self.n = 0
         self._caps_list = list(range(kmax + 1))
         levels = LEVELS
-        self._upper = np.triu(np.ones((kmax, kmax)))  # x @ upper = cumulative sum along rows
+        # per width w: x @ upper[w] = cumulative sum along the rows of x (w columns)
+        self._upper = [np.triu(np.ones((w, w))) for w in range(kmax + 1)]
         # bincount key of a slot: position * LEVELS + level, level = LEVELS - 1 - floor(s * _SCALE)
         self._key_base = np.arange(kmax) * levels + (levels - 1)
         self._pos_cum = np.tril(np.ones((kmax + 1, kmax)), -1)  # row D: 1 at positions < D
         self._rank_cum = np.triu(np.ones((levels, levels)))  # x @ it: cumsum over levels <= r
-        self._ones = np.ones(kmax)
-        self._thr_rows: dict[tuple[int, int], np.ndarray] = {}
+        self._ones = [np.ones(w) for w in range(kmax + 1)]
         self._sel: _Selection | None = None
         # the calibration table the log table was taken from (tables are replaced, never
         # changed in place, so identity tells when to recompute)
@@ -129,61 +131,55 @@ class BudgetPolicy(Policy):
         self._log_table = np.zeros(0)
         self._col_key: tuple[int, float, float, int, float, float] | None = None
         self._col = np.zeros((kmax + 1, 1))
-        self._dicts = KiDicts()  # the K_i dicts (shared between decisions when unchanged)
-        self._zeros: tuple[tuple[str, ...] | None, dict[str, int]] = (None, {})
+        self._zeros: KiArray | None = None  # K_i = 0 for the last batch (a cap of 0)
 
     # ------------------------------------------------------------------ helpers
     def _check_shape(self, conf: Any, b: int) -> None:
         if isinstance(conf, np.ndarray) and (conf.ndim != 2 or conf.shape[0] != b):
             raise ValueError(f"policy 'budget': confidences of shape {conf.shape} for a batch of {b}")
 
-    def _log_survival(self, batch: BatchView, ctx: PolicyContext, b: int) -> np.ndarray:
-        """Log survival per (request, position), shape (B, kmax), from the calibrated
-        confidences (the estimated acceptance where a request has none): the cumulative
-        sum of the per-position logs as one matmul."""
-        kmax = self.kmax
+    def _log_survival(self, batch: BatchView, ctx: PolicyContext, b: int, width: int) -> np.ndarray:
+        """Log survival per (request, position) of the first ``width`` positions, shape
+        (B, width), from the calibrated confidences (the estimated acceptance where a
+        request has none): the cumulative sum of the per-position logs as one matmul."""
         conf = batch.confidences
         table = ctx.calibration.table_array()
         if table is not self._log_src:
             self._log_src = table
             self._log_table = _log(table)
         nb = len(table)
+        upper = self._upper[width]
         if isinstance(conf, np.ndarray):
             self._check_shape(conf, b)
-            if conf.shape[1] >= kmax:
-                # calibration bin of every confidence; out-of-range (and NaN) go to the end bins
-                bins = (conf if conf.shape[1] == kmax else conf[:, :kmax]) * nb
-                return self._log_table.take(bins.astype(np.intp), mode="clip") @ self._upper
             have = conf.shape[1]
-            log_c = np.empty((b, kmax))
+            if have >= width:
+                # calibration bin of every confidence; out-of-range (and NaN) go to the end bins
+                bins = (conf if have == width else conf[:, :width]) * nb
+                return self._log_table.take(bins.astype(np.intp), mode="clip") @ upper
+            log_c = np.empty((b, width))
             log_c[:, :have] = self._log_table.take((conf * nb).astype(np.intp), mode="clip")
-            log_c[:, have:] = _log(np.asarray(ctx.acceptance.estimate()[have:kmax], dtype=float))
+            log_c[:, have:] = _log(np.asarray(ctx.acceptance.estimate()[have:width], dtype=float))
         else:  # rows from a mapping may be short or missing (NaN): the estimate fills in
-            given = _rows_from_mapping(conf, batch.req_ids, kmax)
-            est = np.asarray(ctx.acceptance.estimate()[:kmax], dtype=float)
+            given = _rows_from_mapping(conf, batch.req_ids, width)
+            est = np.asarray(ctx.acceptance.estimate()[:width], dtype=float)
             known = np.isfinite(given)
             log_c = np.where(
                 known, self._log_table.take((np.where(known, given, 0.0) * nb).astype(np.intp), mode="clip"),
                 _log(est)[None, :])
-        return log_c @ self._upper
+        return log_c @ upper
 
-    def _zero_dict(self, ids: tuple[str, ...]) -> dict[str, int]:
-        """``{req_id: 0}`` for the batch (the previous one while the batch is unchanged)."""
-        last_ids, d = self._zeros
-        if not (ids is last_ids or ids == last_ids):
-            d = dict.fromkeys(ids, 0)
-            self._zeros = (ids, d)
-        return d
+    def _zero_k_i(self, ids: tuple[str, ...]) -> KiArray:
+        """K_i = 0 for every request of the batch (the previous one while it is unchanged)."""
+        z = self._zeros
+        if z is None or not (ids is z.ids or ids == z.ids):
+            z = self._zeros = KiArray(ids, np.zeros(len(ids), dtype=np.intp))
+        return z
 
-    def _thr_row(self, cap: int, rank: int) -> np.ndarray:
-        """Admit a slot at position j while its log survival >= row[j]: level <= rank
-        (survival >= (LEVELS - 1 - rank) / _SCALE) at the positions < cap, nothing deeper."""
-        row = self._thr_rows.get((cap, rank))
-        if row is None:
-            row = np.full(self.kmax, np.inf)
-            row[:cap] = -np.inf if rank >= LEVELS - 1 else math.log((LEVELS - 1 - rank) / _SCALE)
-            self._thr_rows[(cap, rank)] = row
-        return row
+    @staticmethod
+    def _threshold(rank: int) -> float:
+        """Admit a slot while its log survival >= this: level <= rank, i.e. survival >=
+        (LEVELS - 1 - rank) / _SCALE (every slot for the last rank)."""
+        return -math.inf if rank >= LEVELS - 1 else math.log((LEVELS - 1 - rank) / _SCALE)
 
     def _grid_costs(
         self, ctx: PolicyContext, b: int, slots: np.ndarray, dmin: int
@@ -243,22 +239,27 @@ class BudgetPolicy(Policy):
         sel = self._sel
         if (sel is None or n - sel.n >= sel.hold or abs(b - sel.b) * 8 > sel.b or probe
                 or ids[-1] != sel.tail):
-            log_s = self._log_survival(batch, ctx, b)
+            log_s = self._log_survival(batch, ctx, b, kmax)
             sel = self._select(log_s, b, ctx, n, ids[-1])
             if sel is None:
                 k = self.candidates[-1]
                 return decision(ctx, k, self.name, "hold: no step times yet", batch_size=b)
             held = False
+            cap = sel.cap
+            if cap:
+                log_s = log_s[:, :cap]
         else:
             held = True
-            # a held depth cap of 0 admits nothing: the survival is not needed
-            log_s = self._log_survival(batch, ctx, b) if sel.cap else None
-            if log_s is None:
+            # only the positions under the held depth cap matter (none for a cap of 0)
+            cap = sel.cap
+            if cap:
+                log_s = self._log_survival(batch, ctx, b, cap)
+            else:
                 self._check_shape(batch.confidences, b)
-        if sel.cap:
+        if cap:
             # K_i = admitted slots of request i (a prefix: survival never rises with depth);
             # the row sum as one matmul is faster than a reduction along the short axis
-            k_i_arr = ((log_s >= sel.thr_row) @ self._ones).astype(np.intp)
+            k_i_arr = ((log_s >= sel.thr) @ self._ones[cap]).astype(np.intp)
             if held:
                 # the admitted total drifted more than 1/8 from the selection's: re-select
                 # at the next decision
@@ -274,10 +275,10 @@ class BudgetPolicy(Policy):
             k = int(k_i_arr.max())
             if k < self.min_gamma:  # held thresholds (or no priced cap at all) may admit less
                 k_i_arr[k_i_arr.argmax()] = k = self.min_gamma
-            k_i = self._dicts.get(ids, k_i_arr)
+            k_i = KiArray(ids, k_i_arr)
         else:  # a depth cap of 0 and min_gamma 0: every K_i is 0
             k = 0
-            k_i = self._zero_dict(ids)
+            k_i = self._zero_k_i(ids)
         reason = sel.reasons.get((probe, held))
         if reason is None:
             surv = (LEVELS - 1 - sel.rank) / LEVELS
@@ -329,6 +330,8 @@ class BudgetPolicy(Policy):
         br = ratio.argmax(axis=1).tolist()
         approx = ratio.max(axis=1).tolist()
         best = (-math.inf, 0, levels - 1, math.inf)  # (ratio, cap, rank, ms)
+        last = self._sel
+        kept = None  # the held cap's candidate, when it is among the re-priced ones
         done = 0
         for cap in sorted(self._caps_list, key=approx.__getitem__, reverse=True):
             if done == REPRICE or not math.isfinite(approx[cap]):
@@ -342,14 +345,17 @@ class BudgetPolicy(Policy):
             g = (b + grid.item(1, cap, r)) / c_ms
             if g > best[0]:
                 best = (g, cap, r, c_ms)
+            if last is not None and cap == last.cap:
+                kept = (g, cap, r, c_ms)
+        if kept is not None and kept[0] >= best[0] * (1.0 - ctx.hysteresis):
+            best = kept  # hysteresis: another cap must beat the held one by more than it
         best_ratio, cap, r, best_ms = best
-        last = self._sel
         hold = RESELECT
         if last is not None and last.cap == cap and abs(last.rank - r) <= 1:
             # confirmed (same cap, threshold within one level): hold it longer; after a
             # drift (hold cut to 0) the fresh selection's slot count is the new reference
             hold = max(RESELECT, min(2 * last.hold, MAX_HOLD if cap else MAX_HOLD_0))
-        self._sel = _Selection(n, b, cap, r, best_ratio, best_ms, source, self._thr_row(cap, r), {}, hold,
+        self._sel = _Selection(n, b, cap, r, best_ratio, best_ms, source, self._threshold(r), {}, hold,
                                 int(slots.item(cap, r)), tail)
         return self._sel
 

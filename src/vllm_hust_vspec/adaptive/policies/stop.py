@@ -27,8 +27,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from ..observations import ENTROPY_TOPK, BatchView, Decision
-from .base import KiDicts, PolicyContext
+from ..observations import ENTROPY_TOPK, BatchView, Decision, KiArray, ki_array
+from .base import PolicyContext
 
 STOP_MODES = ("off", "survival", "confidence", "entropy")
 # the largest top-k entropy (a uniform distribution over the top ENTROPY_TOPK tokens)
@@ -54,10 +54,9 @@ class StopRule:
         self._log_table = np.zeros(0)
         self._upper: dict[int, np.ndarray] = {}  # width -> upper-triangular ones
         self._ok: dict[tuple[int, int], np.ndarray] = {}  # (rows, width) -> pass buffer
-        self._ki_src: dict[str, int] | None = None  # the policy's K_i dict last seen ...
+        self._ki_src: Mapping[str, int] | None = None  # the policy's K_i mapping last seen ...
         self._ki_ids: tuple[str, ...] | None = None
         self._ki_arr = np.zeros(0, dtype=np.int64)  # ... and its values in batch order
-        self._dicts = KiDicts()
 
     def survival_depth(self, ctx: PolicyContext) -> int:
         """Leading positions whose estimated survival is >= threshold (no confidences)."""
@@ -102,12 +101,12 @@ class StopRule:
             np.greater_equal(log_surv, self._log_threshold, out=ok)
         return buf.argmin(axis=1)
 
-    def _policy_k_i(self, k_i: dict[str, int], ids: tuple[str, ...]) -> np.ndarray:
+    def _policy_k_i(self, k_i: Mapping[str, int], ids: tuple[str, ...]) -> np.ndarray:
         """The policy's K_i in batch order (the previous array when the policy handed the
-        same dict for the same batch again)."""
+        same mapping for the same batch again)."""
         if k_i is self._ki_src and (ids is self._ki_ids or ids == self._ki_ids):
             return self._ki_arr
-        arr = np.fromiter(map(k_i.__getitem__, ids), np.int64, len(ids))
+        arr = ki_array(k_i, ids)
         self._ki_src, self._ki_ids, self._ki_arr = k_i, ids, arr
         return arr
 
@@ -161,11 +160,11 @@ class StopRule:
         thr = self.entropy_threshold if self.mode == "entropy" else self.threshold
         sign = ">" if self.mode == "entropy" else "<"
         return _replace(
-            d, k, self._dicts.get(ids, cut), f"{d.reason}; stop {self.mode}{sign}{thr:g}",
+            d, k, KiArray(ids, cut), f"{d.reason}; stop {self.mode}{sign}{thr:g}",
         )
 
 
-def _replace(d: Decision, k: int, k_i: dict[str, int] | None, reason: str) -> Decision:
+def _replace(d: Decision, k: int, k_i: Mapping[str, int] | None, reason: str) -> Decision:
     return Decision(
         k=k, k_i=k_i, policy=d.policy, reason=reason, est_accept=d.est_accept,
         est_cost_ms=d.est_cost_ms,
