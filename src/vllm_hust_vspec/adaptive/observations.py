@@ -20,7 +20,8 @@ Extensions (backward compatible):
     sequences) of every request's drafted / accepted counts.  When both are given the
     controller counts from them (numpy) and ``results`` may be empty; this saves building
     one :class:`RequestResult` per request.  ``StepResult.confidences`` (2-D, (batch, width))
-    then carries the verified drafts' confidences for the calibration.
+    then carries the verified drafts' confidences for the calibration, and
+    ``StepResult.context_lens`` the requests' context lengths.
   * ``BatchView.confidences`` may also be a 2-D numpy array of shape ``(batch, width)``
     aligned with ``req_ids`` (rows padded with 0.0); this avoids building a dict per step.
   * ``BatchView.entropies``: per-position draft top-k entropies for the ``entropy`` stop, in
@@ -79,6 +80,9 @@ class StepResult:
     # with the fast path: the verified drafts' confidences, a 2-D array (batch, width)
     # aligned with ``drafted`` (positions past a request's ``drafted`` are ignored)
     confidences: Any = None
+    # with the fast path: the requests' context lengths, 1-D aligned with ``drafted``
+    # (the ``profile`` policy's latency model has a context term)
+    context_lens: Any = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from .observations import BatchView, RequestResult, StepResult, ki_array
+from .observations import BatchView, StepResult, ki_array
 
 TRACE_FORMAT = "vspec-trace"
 TRACE_VERSION = 1
@@ -476,18 +476,10 @@ def run_controller(
 
         def feedback(step: int, running: np.ndarray, t: np.ndarray, ki: np.ndarray, accepted: np.ndarray,
                      ms: float, draft_steps: int) -> None:
+            # the engine's form: per-request counts (and verified confidences) as arrays
             rows = conf[pk.base[running] + t] if conf is not None else None
-            results = tuple(
-                RequestResult(
-                    ids[i],
-                    int(ki[j]),
-                    int(accepted[j]),
-                    int(t[j]),
-                    tuple(rows[j, : ki[j]].tolist()) if rows is not None else None,
-                )
-                for j, i in enumerate(running)
-            )
-            result = StepResult(step, len(running), int(ki.max()), results, ms, draft_steps)
+            result = StepResult(step, len(running), int(ki.max()), (), ms, draft_steps,
+                                drafted=ki, accepted=accepted, confidences=rows, context_lens=t)
             t0 = clock()
             controller.observe(result)
             spent[0] += clock() - t0

@@ -44,7 +44,7 @@ each request's K_i still follows its own confidences: the log survival of the po
 under the held cap, one comparison with the held threshold and one matmul (the selection
 is the dear part of a decision, tests/unit/test_decide_speed.py); under a held cap of 0
 every K_i is 0 without a look at the confidences.  On the simulator table (hetero
-budget/online 1.002 / 1.122 / 1.150, `python scripts/sim_table.py`) this schedule matches
+budget/online 1.003 / 1.123 / 1.152, `python scripts/sim_table.py`) this schedule matches
 re-selecting every 2nd decision (1.004 / 1.125 / 1.148) while re-selecting on about 7% of
 the decisions of a drafting batch of 256 (tests/unit/test_decide_speed.py, cheap drafter).
 

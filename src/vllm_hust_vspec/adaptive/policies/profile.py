@@ -118,8 +118,11 @@ class ProfilePolicy(Policy):
             drafted = int(np.sum(result.drafted))
         else:
             drafted = sum([r.drafted for r in result.results])
-        if result.drafted is None and self._uses_context:  # no context lengths on the fast path
-            context = sum([r.context_len for r in result.results])
+        if self._uses_context:
+            if result.drafted is None:
+                context = sum([r.context_len for r in result.results])
+            elif result.context_lens is not None:
+                context = int(np.sum(result.context_lens))
         predicted = self.profile.step_ms(
             b, result.k, context, batched_tokens=b + drafted,
             draft_steps=result.k if result.num_draft_steps is None else result.num_draft_steps,
