@@ -229,3 +229,26 @@ def test_ki_array_reads_like_a_dict():
         k.array[0] = 5  # decisions may share it
     with pytest.raises(ValueError, match="batch of 2"):
         KiArray(("a", "b"), np.array([1, 2, 3]))
+
+
+def test_profile_correction_sees_context_on_both_forms():
+    """A profile with a context term corrects itself by the same factor whether the step
+    comes as RequestResult objects (context_len) or as arrays (context_lens)."""
+    from vllm_hust_vspec.adaptive.policies.profile import ProfilePolicy
+    from vllm_hust_vspec.adaptive.profile import LatencyModel, Profile
+
+    prof = Profile(target=LatencyModel(0.01, 0.1, 5.0), draft=LatencyModel(0.0, 0.01, 0.5))
+    ctx_lens = [100, 300, 500]
+    # the true step: the profile's price with the real context, times 1.3
+    wall = 1.3 * prof.step_ms(3, 2, sum(ctx_lens), batched_tokens=3 + 6, draft_steps=2)
+    objs = StepResult(0, 3, 2, tuple(RequestResult(f"r{i}", 2, 1, c) for i, c in enumerate(ctx_lens)),
+                      wall, 2)
+    arrs = StepResult(0, 3, 2, (), wall, 2, drafted=np.full(3, 2), accepted=np.ones(3, int),
+                      context_lens=np.array(ctx_lens))
+    factors = []
+    for step in (objs, arrs):
+        ctl = Controller(ControllerConfig(kmax=4, policy="online"))
+        pol = ProfilePolicy(prof, 4)
+        pol.observe(step, ctl.ctx)
+        factors.append(pol.factors)
+    assert factors[0] == factors[1] and list(factors[0].values()) == [pytest.approx(1.3)]
