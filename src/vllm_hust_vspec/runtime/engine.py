@@ -26,10 +26,13 @@ import dataclasses
 import logging
 import os
 import time
+from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
+
 from vllm_hust_vspec import settings as settings_mod
-from vllm_hust_vspec.adaptive.observations import BatchView, Decision, RequestResult, StepResult
+from vllm_hust_vspec.adaptive.observations import BatchView, Decision, StepResult, ki_array
 from vllm_hust_vspec.backends.methods import draft_forwards, varies_k
 from vllm_hust_vspec.runtime.announce import announce
 from vllm_hust_vspec.runtime.controller_factory import (
@@ -40,6 +43,7 @@ from vllm_hust_vspec.runtime.controller_factory import (
 from vllm_hust_vspec.runtime.decision_trace import DecisionTrace, trace_path
 from vllm_hust_vspec.runtime.recorder import TraceRecorder
 from vllm_hust_vspec.runtime.step_clock import StepClock
+from vllm_hust_vspec.runtime.verified import VerifiedCollector
 from vllm_hust_vspec.settings import SettingsError
 
 logger = logging.getLogger("vllm_hust_vspec")
@@ -87,17 +91,17 @@ class EngineRuntime:
         # under synchronous scheduling (where the drafts come back to the engine core)
         self._sync = not getattr(scheduler.scheduler_config, "async_scheduling", False)
         self._wants_conf = _wants_signals(self.controller) and self._sync
-        self._next: Decision | None = None  # decided at update_draft_token_ids, for schedule()
-        # confidences / entropies of each request's drafts awaiting verification
-        self._draft_conf: dict[str, tuple[Any, Any]] = {}
+        # decided at update_draft_token_ids, for schedule(): the decision and its K_i limits
+        self._next: tuple[Decision, dict[str, int] | None] | None = None
+        # this step's verified requests, and the confidences of the drafts awaiting verification
+        self._verified = VerifiedCollector()
         # confidence and entropy of verified draft positions: sums and count, accepted / rejected
-        self.confidence_outcomes = {"accepted": [0.0, 0.0, 0], "rejected": [0.0, 0.0, 0]}
+        self.confidence_outcomes = self._verified.outcomes
         self.step = 0
         self._pending: collections.deque[tuple[int, int, float]] = collections.deque()
         self._k_prev = self.kmax  # the K the drafts now being verified were made with
         self._limits: dict[str, int] | None = None
         self._k_step = self.kmax
-        self._verified: list[RequestResult] = []
         self._positions: dict[str, tuple[Any, int]] = {}
         # accepted_by_position[j]: draft tokens accepted as output token j (0-based), j < 64
         self.accepted_by_position = [0] * 64
@@ -153,15 +157,15 @@ class EngineRuntime:
         self.step += 1
         running = [r for r in self.scheduler.running]
         ids = tuple(r.request_id for r in running)
-        d, self._next = self._next, None  # made from the drafts' confidences (trim_drafts)
-        if d is None:
+        if self._next is not None:  # made from the drafts' confidences (trim_drafts)
+            (d, limits), self._next = self._next, None
+            k = min(max(int(d.k), 0), self.kmax)
+        else:
             view = BatchView(step=self.step, req_ids=ids,
                              context_lens=tuple(int(r.num_tokens) for r in running))
             d = self.controller.decide(view)
-        k = min(max(int(d.k), 0), self.kmax)
-        limits = None
-        if d.k_i is not None:
-            limits = {r: min(max(int(v), 0), k) for r, v in d.k_i.items()}
+            k = min(max(int(d.k), 0), self.kmax)
+            limits = None if d.k_i is None else _ki_limits(d.k_i, ids, k)
         if not self.varies_k:
             # the host's proposer asserts K == Kmax: draft Kmax, verify min(K, K_i) per request
             if limits is None and k < self.kmax:
@@ -191,13 +195,13 @@ class EngineRuntime:
         K_i cut these drafts; the confidences of what is kept await verification."""
         signals = self._wants_conf and confidences is not None
         if self._wants_conf:
-            self._draft_conf = {}
+            self._verified.drop_kept()
             if signals and self.calibration_width is None:
                 self._decide_from_drafts(req_ids, confidences, entropies)
+        if signals:  # each request's row; what the trim below keeps is what gets verified
+            self._verified.keep(req_ids, confidences, entropies)
         limits = self._limits
         if limits is None:
-            if signals:
-                self._keep_confidences(req_ids, drafts, confidences, entropies)
             return None
         out, changed = [], False
         for rid, ids in zip(req_ids, drafts):
@@ -206,8 +210,6 @@ class EngineRuntime:
                 ids = list(ids[:lim])
                 changed = True
             out.append(ids)
-        if signals:
-            self._keep_confidences(req_ids, out, confidences, entropies)
         return out if changed else None
 
     def _decide_from_drafts(self, req_ids: list[str], confidences: Any, entropies: Any) -> None:
@@ -231,52 +233,24 @@ class EngineRuntime:
                          confidences=confidences, entropies=entropies)
         d = self.controller.decide(view)
         self._flush_records()
-        self._next = d
         k = min(max(int(d.k), 0), self.kmax)
         if d.k_i is not None:
-            self._limits = {r: min(max(int(v), 0), k) for r, v in d.k_i.items()}
+            self._limits = _ki_limits(d.k_i, ids, k)
+            self._next = (d, self._limits)  # schedule() reuses these limits
         else:  # one K for every request: it is also these drafts' verify width
             self._limits = None if k >= confidences.shape[1] else dict.fromkeys(ids, k)
-
-    def _keep_confidences(self, req_ids: list[str], drafts: list[list[int]], confidences: Any,
-                          entropies: Any) -> None:
-        kept = self._draft_conf
-        for i, (rid, ids) in enumerate(zip(req_ids, drafts)):
-            if ids:
-                n = len(ids)
-                kept[rid] = (confidences[i, :n], None if entropies is None else entropies[i, :n])
+            self._next = (d, None)
 
     # ------------------------------------------------------------------ observe
     def on_verified(self, req_id: str, drafted: int, accepted: int) -> None:
+        """One request's verification in this step (``spec-stats``, inside the output loop);
+        :meth:`after_output` hands the step's results to the controller as arrays."""
         request = self.scheduler.requests.get(req_id)
         ctx = int(request.num_tokens) if request is not None else 0
-        conf = None
-        if self._draft_conf:
-            kept = self._draft_conf.pop(req_id, None)
-            if kept is not None:
-                c = kept[0][:drafted].tolist()
-                conf = tuple(c)
-                self._note_outcome(c, kept[1], accepted)
-        self._verified.append(RequestResult(req_id, int(drafted), int(accepted), context_len=ctx,
-                                            confidences=conf))
-
-    def _note_outcome(self, conf: list[float], ent: Any, accepted: int) -> None:
-        """Confidence/entropy sums of the verified positions (``conf``: the verified drafts'
-        confidences), split by outcome: the first ``accepted`` were accepted, the next one,
-        if verified, was rejected."""
-        acc, rej = self.confidence_outcomes["accepted"], self.confidence_outcomes["rejected"]
-        a = min(accepted, len(conf))
-        if a:
-            acc[0] += sum(conf[:a])
-            acc[1] += 0.0 if ent is None else sum(ent[:a].tolist())
-            acc[2] += a
-        if accepted < len(conf):
-            rej[0] += conf[accepted]
-            rej[1] += 0.0 if ent is None else float(ent[accepted])
-            rej[2] += 1
+        self._verified.add(req_id, int(drafted), int(accepted), ctx)
 
     def before_output(self, scheduler: Any, scheduler_output: Any, model_runner_output: Any) -> None:
-        self._verified = []
+        self._verified.discard()
         self._positions = {}
         self._now = time.perf_counter()
         sampled = model_runner_output.sampled_token_ids
@@ -305,32 +279,39 @@ class EngineRuntime:
         # window plus the engine's own time between an output and the next decision (output
         # processing, draft hand-over, scheduling), which every step pays whatever its K.
         timed_ms = None if _has_prefill(scheduler_output) else self.clock.cycle_ms(wall_ms)
-        results = tuple(self._verified)
-        self._verified = []
+        # the fast path: the step's per-request counts (and the verified drafts' confidences)
+        # as aligned arrays; a step that verified nothing passes none, as an empty ``results``
+        verified = self._verified.take()
+        some = len(verified.req_ids) > 0
         k_verified = self._k_prev
         self._k_prev = k_now
-        result = StepResult(step=step, batch_size=batch, k=k_verified, results=results,
+        result = StepResult(step=step, batch_size=batch, k=k_verified, results=(),
                             wall_ms=timed_ms,
-                            num_draft_steps=draft_forwards(self.method, k_now))
+                            num_draft_steps=draft_forwards(self.method, k_now),
+                            drafted=verified.drafted if some else None,
+                            accepted=verified.accepted if some else None,
+                            confidences=verified.confidences,
+                            context_lens=verified.context_lens if some else None)
         self.controller.observe(result)
         self._flush_records()
-        accepted = {r.req_id: r.accepted for r in results}
+        accepted = dict(zip(verified.req_ids, verified.accepted.tolist()))
         by_pos = self.accepted_by_position
         for req_id, (_request, position) in self._positions.items():
             # the accepted drafts became output tokens position .. position + a - 1
             for j in range(position, min(position + accepted.get(req_id, 0), len(by_pos))):
                 by_pos[j] += 1
         if self.recorder is not None:
-            self._record(scheduler, results, batch, k_now, wall_ms)
+            self._record(scheduler, accepted, batch, batch + int(verified.drafted.sum()), k_now,
+                         wall_ms)
         self._positions = {}
         self._maybe_log()
 
-    def _record(self, scheduler: Any, results: tuple[RequestResult, ...], batch: int,
+    def _record(self, scheduler: Any, accepted: dict[str, int], batch: int, verify_tokens: int,
                 k_now: int, wall_ms: float) -> None:
+        """The step's sample and each request's accepted drafts (``accepted``: by request id;
+        ``verify_tokens``: the batch plus the drafts verified) to the trace recorder."""
         rec = self.recorder
         assert rec is not None
-        accepted = {r.req_id: r.accepted for r in results}
-        verify_tokens = batch + sum(r.drafted for r in results)
         rec.step_sample(batch, k_now, verify_tokens, wall_ms)
         for req_id, (request, position) in self._positions.items():
             rec.on_step(req_id, float(request.arrival_time), position, accepted.get(req_id, 0))
@@ -356,10 +337,10 @@ class EngineRuntime:
         self.calibration_steps = []
         self._limits = None
         self._pending.clear()
-        self._verified = []
+        self._verified.discard()
+        self._verified.drop_kept()
         self._positions = {}
         self._k_prev = self.kmax
-        self._draft_conf = {}
         self._next = None
         self.clock.reset()
 
@@ -373,7 +354,7 @@ class EngineRuntime:
         return self.kmax
 
     def _calibration_output(self, scheduler_output: Any) -> None:
-        self._verified = []
+        self._verified.discard()  # nothing reaches the controller while calibrating
         self._positions = {}
         batch = len(scheduler_output.num_scheduled_tokens)
         if batch == 0:
@@ -427,6 +408,12 @@ def attach(scheduler: Any) -> EngineRuntime | None:
     announce(runtime.host, "engine" if label == "frontend" else label, runtime.policy,
              runtime.kmax, registry.applied())
     return runtime
+
+
+def _ki_limits(k_i: Mapping[str, int], ids: tuple[str, ...], k: int) -> dict[str, int]:
+    """A decision's per-request draft limits ``{req_id: min(max(K_i, 0), k)}`` for the
+    requests ``ids`` (the batch it decided), built from its K_i array (one dict)."""
+    return dict(zip(ids, np.clip(ki_array(k_i, ids), 0, k).tolist()))
 
 
 def _wants_signals(controller: Any) -> bool:
