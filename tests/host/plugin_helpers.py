@@ -76,6 +76,19 @@ def mixed_prompts(fixtures: pathlib.Path, n: int = 8) -> list[str]:
     return picked
 
 
+def engine_spec(fixtures: pathlib.Path, method: str, kmax: int) -> tuple[str, dict]:
+    """(target model, speculative_config) of ``method`` on the small fixture pair: MTP is
+    its own model, n-gram looks prompts up, the others draft with their fixture head."""
+    target = fixtures / "target"
+    if method == "mtp":
+        return str(fixtures / "mtp"), {"method": "mtp", "num_speculative_tokens": kmax}
+    if method == "ngram":
+        return str(target), {"method": "ngram", "num_speculative_tokens": kmax,
+                             "prompt_lookup_min": 2, "prompt_lookup_max": 4}
+    model = fixtures / {"draft_model": "draft", "eagle": "eagle", "eagle3": "eagle3"}[method]
+    return str(target), {"method": method, "model": str(model), "num_speculative_tokens": kmax}
+
+
 def make_llm(model: pathlib.Path | str, spec: dict | None = None, **kw: Any):
     from vllm import LLM
 

@@ -30,6 +30,7 @@ from plugin_helpers import (
     MAX_TOKENS,
     assert_lossless,
     close,
+    engine_spec,
     greedy,
     make_llm,
     mixed_prompts,
@@ -44,14 +45,6 @@ pytestmark = [pytest.mark.host, pytest.mark.slow]
 KMAX = 4
 METHODS = ["draft_model", "eagle", "eagle3", "mtp"]
 LN8 = math.log(8.0)
-
-
-def _spec(fixtures, method: str) -> tuple[str, dict]:
-    if method == "mtp":
-        return str(fixtures / "mtp"), {"method": "mtp", "num_speculative_tokens": KMAX}
-    model = fixtures / {"draft_model": "draft", "eagle": "eagle", "eagle3": "eagle3"}[method]
-    return str(fixtures / "target"), {"method": method, "model": str(model),
-                                      "num_speculative_tokens": KMAX}
 
 
 class Spy:
@@ -155,7 +148,7 @@ def runs(fixtures_dir, prompts, tmp_path_factory):
     try:
         for method in METHODS:
             trace = tmp_path_factory.mktemp(method) / "decisions.jsonl"
-            model, spec = _spec(fixtures_dir, method)
+            model, spec = engine_spec(fixtures_dir, method, KMAX)
             with plugin_env(adaptive_policy="online", adaptive_trace_file=trace):
                 llm = make_llm(model, spec)
                 try:
@@ -255,7 +248,7 @@ def test_confidences_cross_the_multiprocess_executor(fixtures_dir, baseline, pro
     """Workers in their own process (``MultiprocExecutor``): the DraftTokenIds, confidences
     included, are pickled on the way to the engine core.  Policy ``online`` with the
     confidence stop (another confidence user than ``budget``) stays lossless."""
-    model, spec = _spec(fixtures_dir, "eagle")
+    model, spec = engine_spec(fixtures_dir, "eagle", KMAX)
     with plugin_env(adaptive_policy="online", adaptive_stop="confidence",
                     adaptive_stop_threshold=0.3):
         llm = make_llm(model, spec, distributed_executor_backend="mp")

@@ -20,6 +20,7 @@ from plugin_helpers import (
     assert_k_varied,
     assert_lossless,
     close,
+    engine_spec,
     greedy,
     make_llm,
     mixed_prompts,
@@ -35,17 +36,6 @@ pytestmark = [pytest.mark.host, pytest.mark.slow]
 KMAX = 4
 SAMPLES = 2000  # the minimum the chi-square test asks for (the slowest host test here)
 SAMPLE_BATCH = 256  # the samples are one request with n=SAMPLES: few, wide steps
-
-
-def _spec(fixtures, method: str) -> tuple[str, dict]:
-    target = fixtures / "target"
-    if method == "mtp":
-        return str(fixtures / "mtp"), {"method": "mtp", "num_speculative_tokens": KMAX}
-    if method == "ngram":
-        return str(target), {"method": "ngram", "num_speculative_tokens": KMAX,
-                             "prompt_lookup_min": 2, "prompt_lookup_max": 4}
-    model = fixtures / {"draft_model": "draft", "eagle": "eagle", "eagle3": "eagle3"}[method]
-    return str(target), {"method": method, "model": str(model), "num_speculative_tokens": KMAX}
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +74,7 @@ def _check(fixtures_dir, baseline, prompts, method, got):
 @pytest.mark.parametrize("method", ["draft_model", "eagle", "eagle3", "mtp", "ngram"])
 def test_lossless_with_k_changing(fixtures_dir, baseline, prompts, tmp_path, method):
     trace = tmp_path / "decisions.jsonl"
-    model, spec = _spec(fixtures_dir, method)
+    model, spec = engine_spec(fixtures_dir, method, KMAX)
     settings = {"adaptive_policy": "sweep", "adaptive_trace_file": str(trace)}
     if method == "ngram":  # isolated: see plugin_helpers.run_isolated (host bug)
         r = run_isolated(model, spec, settings, [prompts, prompts[3:4]])
@@ -114,7 +104,7 @@ def test_lossless_with_k_changing(fixtures_dir, baseline, prompts, tmp_path, met
 
 def test_lossless_online_policy(fixtures_dir, baseline, prompts, tmp_path):
     trace = tmp_path / "decisions.jsonl"
-    model, spec = _spec(fixtures_dir, "draft_model")
+    model, spec = engine_spec(fixtures_dir, "draft_model", KMAX)
     with plugin_env(adaptive_policy="online", adaptive_trace_file=trace):
         llm = make_llm(model, spec)
         try:
@@ -141,7 +131,7 @@ def test_random_sampling_keeps_the_distribution(fixtures_dir, prompts, tmp_path)
     from scipy.stats import chi2_contingency
 
     prefix = prompts[3]
-    model, spec = _spec(fixtures_dir, "draft_model")
+    model, spec = engine_spec(fixtures_dir, "draft_model", KMAX)
     with plugin_env(enabled=False):
         llm = make_llm(model, max_num_seqs=SAMPLE_BATCH)
         base = _third_tokens(llm, prefix, SAMPLES)

@@ -62,6 +62,8 @@ def position_counts(
             bad = next((x for x in results if x.drafted > kmax), None)
             raise ValueError(f"bad request result {bad!r}: drafted > kmax={kmax}") from None
         hist = np.array(counts, dtype=np.int64)
+    if hist[0] == len(results):  # nothing drafted (K = 0): nothing reached
+        return [0] * kmax, [0] * kmax, 0, 0
     return _fold(hist, kmax)[:4]
 
 
@@ -91,6 +93,8 @@ def position_counts_arrays(drafted, accepted, kmax: int) -> tuple[list[int], lis
         raise ValueError(bad) from None
     if len(hist) > stride * stride:
         raise ValueError(bad)
+    if hist[0] == len(d):  # nothing drafted (K = 0): nothing reached
+        return [0] * kmax, [0] * kmax, 0, 0
     tried, acc, dsum, asum, invalid = _fold(hist, kmax)
     if invalid:
         raise ValueError(bad)

@@ -1,7 +1,7 @@
 """Start-up calibration, the CPU side: the measured windows, the cost-model fit and the
 held-out check.  Pure Python (numpy through the cost model); no vLLM.
 
-The engine side (``runner.py``) measures :class:`Window` s; :func:`holdout_error` fits on all
+The engine side (``driver.py``) measures :class:`Window` s; :func:`holdout_error` fits on all
 windows but one per point and predicts the held-out ones (the figure the issue asks for:
 median relative error of the additive model); :class:`~vllm_hust_vspec.adaptive.costmodel.CostTable` ``.fit`` then fits the table on every window.
 """

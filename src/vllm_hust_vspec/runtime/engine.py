@@ -121,7 +121,7 @@ class EngineRuntime:
                  "max_num_seqs": self.max_num_seqs, "pid": os.getpid(),
                  "policy": self.policy},
             ))
-        # start-up calibration (calibration/runner.py): a forced verify width, see force_width
+        # start-up calibration (calibration/driver.py): a forced verify width, see force_width
         self.calibration_width: int | None = None
         self.calibration_steps: list[CalibrationStep] = []
         self.recorder: TraceRecorder | None = None
