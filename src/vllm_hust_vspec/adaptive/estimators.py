@@ -607,7 +607,7 @@ class ConfidenceCalibrator:
     def update(self, results: Sequence[RequestResult]) -> None:
         """Decay, then learn from the results that carry confidences (a tight loop over the
         bounded subset: for at most ``max_requests`` ragged rows it is faster than building
-        arrays; :meth:`update_arrays` is the vectorised path)."""
+        arrays; :meth:`update_arrays` is the engine's path)."""
         n = len(results)
         if n == 0:
             return
@@ -615,67 +615,36 @@ class ConfidenceCalibrator:
         sub = results[start : start + take]
         if len(sub) < take:
             sub = tuple(sub) + tuple(results[: take - len(sub)])
-        bins = self.bins
-        top = bins - 1
-        tried = [0] * bins
-        acc = [0] * bins
-        samples = 0
-        for x in sub:
-            conf = x.confidences
-            if not conf:
-                continue
-            a = x.accepted
-            width = len(conf)
-            if a > width:
-                a = width
-            # positions 1..a accepted; position a + 1 rejected when it was drafted
-            for c in conf[:a] if a < width else conf:
-                i = int(c * bins)
-                if i > top:
-                    i = top
-                elif i < 0:
-                    i = 0
-                tried[i] += 1
-                acc[i] += 1
-            samples += a
-            if x.drafted > a and width > a:
-                i = int(conf[a] * bins)
-                if i > top:
-                    i = top
-                elif i < 0:
-                    i = 0
-                tried[i] += 1
-                samples += 1
-        d = self.decay
-        if samples:
-            self._tried = [x * d + y for x, y in zip(self._tried, tried)]
-            self._accepted = [x * d + y for x, y in zip(self._accepted, acc)]
-            self.samples += samples
-        else:
-            self._tried = [x * d for x in self._tried]
-            self._accepted = [x * d for x in self._accepted]
-        self._dirty += 1
+        self._add(*self._count_rows((x.confidences, x.drafted, x.accepted) for x in sub if x.confidences), 1)
 
     def update_arrays(self, confidences, drafted, accepted) -> None:
         """:meth:`update` from aligned arrays: ``confidences`` of shape (batch, width) (the
         verified drafts' confidences, padding ignored), ``drafted`` and ``accepted`` 1-D
         (validated counts, ``0 <= accepted <= drafted``, as the controller passes them).
 
-        Vectorised: every verified position gets an outcome code from a table indexed by
-        (drafted, accepted) (not reached / rejected / accepted), and one bincount of
-        ``confidence bin + bins * code`` counts them.  A numpy update costs about as much
-        for 128 rows as for 16, so at a large batch it runs once every ``period`` steps
+        Up to ``2 * max_requests`` requests the rows are counted in the Python loop of
+        :meth:`update` (a few rows: cheaper than numpy calls).  From there on a numpy update
+        costs about as much for 128 rows as for 16, so it runs once every ``period`` steps
         (``period = min(MAX_PERIOD, batch // max_requests)``) over ``period * max_requests``
-        rows with the decay of ``period`` steps: the same rows per step and the same
-        memory as an update every step."""
+        rows with the decay of ``period`` steps: the same rows per step and the same memory
+        as an update every step.  Vectorised, every verified position gets an outcome code
+        from a table indexed by (drafted, accepted) (not reached / rejected / accepted), and
+        one bincount of ``confidence bin + bins * code`` counts them."""
         conf = np.asarray(confidences, dtype=float)
         n = len(conf)
         if n == 0:
             return
         if conf.ndim != 2:
             raise ValueError(f"confidences must be a 2-D (batch, width) array, got shape {conf.shape}")
-        self._waited += 1
         period = n // self.max_requests
+        if period < 2:
+            start, take = self._subset(n)
+            rows = np.arange(start, start + take) % n if start + take > n else slice(start, start + take)
+            triples = zip(conf[rows].tolist(), np.asarray(drafted)[rows].tolist(),
+                          np.asarray(accepted)[rows].tolist())
+            self._add(*self._count_rows(triples), 1)
+            return
+        self._waited += 1
         if period > MAX_PERIOD:
             period = MAX_PERIOD
         if self._waited < period:
@@ -686,7 +655,7 @@ class ConfidenceCalibrator:
         take = min(n, self.max_requests * steps)
         self._offset += take
         if start + take <= n:  # a view, no copy
-            rows: slice | np.ndarray = slice(start, start + take)
+            rows = slice(start, start + take)
         else:
             rows = np.arange(start, start + take) % n
         width = conf.shape[1]
@@ -702,9 +671,37 @@ class ConfidenceCalibrator:
         np.clip(keys, 0, bins - 1, out=keys)  # out of range (and non-finite) to the end bins
         keys += codes.take(d, axis=0)
         h = np.bincount(keys.ravel(), minlength=3 * bins).tolist()
-        rejected = h[bins : 2 * bins]
-        acc = h[2 * bins :]
-        # decay (once per step covered), then add the rejected and the accepted positions
+        self._add(h[bins : 2 * bins], h[2 * bins :], steps)
+
+    def _count_rows(self, rows) -> tuple[list[int], list[int]]:
+        """Rejected and accepted positions per bin of ``(confidences, drafted, accepted)``
+        rows: positions ``1..accepted`` accepted, position ``accepted + 1`` rejected when it
+        was drafted (and has a confidence)."""
+        bins = self.bins
+        top = bins - 1
+        rejected = [0] * bins
+        acc = [0] * bins
+        for conf, d, a in rows:
+            width = len(conf)
+            reach = a + 1 if d > a else d
+            if reach > width:
+                reach = width
+            for j in range(reach):
+                x = conf[j] * bins
+                # as numpy's float -> int cast: truncation; non-finite values to bin 0
+                i = int(x) if -9.2e18 < x < 9.2e18 else 0
+                if i > top:
+                    i = top
+                elif i < 0:
+                    i = 0
+                if j < a:
+                    acc[i] += 1
+                else:
+                    rejected[i] += 1
+        return rejected, acc
+
+    def _add(self, rejected: list[int], acc: list[int], steps: int) -> None:
+        """Decay by ``steps`` steps, then add the rejected and the accepted positions."""
         f = self.decay**steps
         self._tried = [x * f + r + y for x, r, y in zip(self._tried, rejected, acc)]
         self._accepted = [x * f + y for x, y in zip(self._accepted, acc)]
