@@ -238,3 +238,15 @@ def test_calibration_arrays_counts_by_hand():
         assert cal.tried == pytest.approx(tried)
         assert cal.accepted == pytest.approx(acc)
         assert cal.samples == samples > 0
+
+
+def test_calibration_log_survival():
+    """The calibrated log survival the budget policy and the survival stop share: the
+    cumulative sum of log(table[bin]) along each row; out-of-range confidences go to the
+    end bins."""
+    cal = ConfidenceCalibrator(bins=10)
+    conf = np.array([[0.95, 0.55, 0.05], [1.5, -0.2, 0.35]])
+    table = cal.table_array()
+    want = np.cumsum(np.log(table[[[9, 5, 0], [9, 0, 3]]]), axis=1)
+    assert cal.log_survival(conf) == pytest.approx(want)
+    assert cal.log_survival(conf[:, :1]) == pytest.approx(want[:, :1])

@@ -575,6 +575,9 @@ class ConfidenceCalibrator:
         self._dirty = 0  # updates since the table was refreshed
         self._waited = 0  # update_arrays calls since its last update (see there)
         self._codes: dict[int, np.ndarray] = {}  # width -> outcome codes (update_arrays)
+        self._log_src: np.ndarray | None = None  # the table log_table() was taken from
+        self._log = np.zeros(0)
+        self._upper: dict[int, np.ndarray] = {}  # width -> upper-triangular ones (log_survival)
 
     @property
     def tried(self) -> np.ndarray:
@@ -598,11 +601,19 @@ class ConfidenceCalibrator:
             self._accepted[i] += 1.0
         self.samples += 1
 
-    def _subset(self, n: int) -> tuple[int, int]:
+    def _subset(self, n: int, rows: int) -> tuple[int, int]:
+        """The next ``min(n, rows)`` rows of a batch of ``n`` (start, count), rotating."""
         start = self._offset % n
-        take = min(n, self.max_requests)
+        take = min(n, rows)
         self._offset += take
         return start, take
+
+    def _rows(self, n: int, rows: int) -> slice | np.ndarray:
+        """:meth:`_subset` as an index into arrays of the batch (a slice unless it wraps)."""
+        start, take = self._subset(n, rows)
+        if start + take <= n:  # a view, no copy
+            return slice(start, start + take)
+        return np.arange(start, start + take) % n
 
     def update(self, results: Sequence[RequestResult]) -> None:
         """Decay, then learn from the results that carry confidences (a tight loop over the
@@ -611,7 +622,7 @@ class ConfidenceCalibrator:
         n = len(results)
         if n == 0:
             return
-        start, take = self._subset(n)
+        start, take = self._subset(n, self.max_requests)
         sub = results[start : start + take]
         if len(sub) < take:
             sub = tuple(sub) + tuple(results[: take - len(sub)])
@@ -638,8 +649,7 @@ class ConfidenceCalibrator:
             raise ValueError(f"confidences must be a 2-D (batch, width) array, got shape {conf.shape}")
         period = n // self.max_requests
         if period < 2:
-            start, take = self._subset(n)
-            rows = np.arange(start, start + take) % n if start + take > n else slice(start, start + take)
+            rows = self._rows(n, self.max_requests)
             triples = zip(conf[rows].tolist(), np.asarray(drafted)[rows].tolist(),
                           np.asarray(accepted)[rows].tolist())
             self._add(*self._count_rows(triples), 1)
@@ -651,13 +661,7 @@ class ConfidenceCalibrator:
             return
         steps = self._waited
         self._waited = 0
-        start = self._offset % n
-        take = min(n, self.max_requests * steps)
-        self._offset += take
-        if start + take <= n:  # a view, no copy
-            rows = slice(start, start + take)
-        else:
-            rows = np.arange(start, start + take) % n
+        rows = self._rows(n, self.max_requests * steps)
         width = conf.shape[1]
         bins = self.bins
         codes = self._codes.get(width)
@@ -737,8 +741,34 @@ class ConfidenceCalibrator:
             self._refresh()
         return self._array
 
+    def log_table(self) -> np.ndarray:
+        """:func:`log_acceptance` of :meth:`table_array` (recomputed when it is refreshed)."""
+        table = self.table_array()
+        if table is not self._log_src:
+            self._log_src = table
+            self._log = log_acceptance(table)
+        return self._log
+
+    def log_survival(self, confidences: np.ndarray) -> np.ndarray:
+        """Log survival of each row of ``confidences`` (batch, width): at position ``j`` the
+        sum of the calibrated log acceptance of positions ``1..j`` (out-of-range and NaN
+        confidences go to the end bins), the cumulative sum as one matmul."""
+        width = confidences.shape[1]
+        upper = self._upper.get(width)
+        if upper is None:
+            upper = self._upper[width] = np.triu(np.ones((width, width)))
+        bins = (confidences * self.bins).astype(np.intp)
+        return self.log_table().take(bins, mode="clip") @ upper
+
 
 REFRESH_EVERY = 2  # updates between refreshes of the table the policies read (table_array)
+LOG_FLOOR = -40.0  # per-position floor of a log acceptance (finite: no 0 * inf in matmuls,
+# and a survival of exp(8 * -40) stays > 0)
+
+
+def log_acceptance(p) -> np.ndarray:
+    """``ln(p)`` in [LOG_FLOOR, 0]."""
+    return np.clip(np.log(np.maximum(p, 1e-300)), LOG_FLOOR, 0.0)
 MAX_PERIOD = 8  # update_arrays at a large batch: at most one update per this many steps
 
 

@@ -66,6 +66,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..costmodel import CostTable
+from ..estimators import log_acceptance
 from ..observations import BatchView, Decision, KiArray
 from .base import Policy, PolicyContext, decision
 from .registry import register_policy
@@ -75,8 +76,6 @@ REPRICE = 3  # candidates re-priced exactly per selection
 RESELECT = 2  # decisions a new selection is held (see the module docstring for earlier triggers)
 MAX_HOLD = 16  # the hold doubles up to this while re-selections confirm the choice (depth cap > 0)
 MAX_HOLD_0 = 16  # the same for a depth cap of 0 (nothing drafted: a held decision is nearly free)
-_MIN_LOG = -40.0  # per-position floor of the log confidence (finite: no 0 * inf in matmuls,
-# and the survival exp(8 * -40) stays > 0)
 _SCALE = LEVELS - 1e-9  # survival * _SCALE < LEVELS
 
 
@@ -125,10 +124,6 @@ class BudgetPolicy(Policy):
         self._rank_cum = np.triu(np.ones((levels, levels)))  # x @ it: cumsum over levels <= r
         self._ones = [np.ones(w) for w in range(kmax + 1)]
         self._sel: _Selection | None = None
-        # the calibration table the log table was taken from (tables are replaced, never
-        # changed in place, so identity tells when to recompute)
-        self._log_src: np.ndarray | None = None
-        self._log_table = np.zeros(0)
         self._col_key: tuple[int, float, float, int, float, float] | None = None
         self._col = np.zeros((kmax + 1, 1))
         self._zeros: KiArray | None = None  # K_i = 0 for the last batch (a cap of 0)
@@ -141,32 +136,25 @@ class BudgetPolicy(Policy):
     def _log_survival(self, batch: BatchView, ctx: PolicyContext, b: int, width: int) -> np.ndarray:
         """Log survival per (request, position) of the first ``width`` positions, shape
         (B, width), from the calibrated confidences (the estimated acceptance where a
-        request has none): the cumulative sum of the per-position logs as one matmul."""
+        request has none)."""
         conf = batch.confidences
-        table = ctx.calibration.table_array()
-        if table is not self._log_src:
-            self._log_src = table
-            self._log_table = _log(table)
-        nb = len(table)
-        upper = self._upper[width]
+        cal = ctx.calibration
         if isinstance(conf, np.ndarray):
             self._check_shape(conf, b)
             have = conf.shape[1]
             if have >= width:
-                # calibration bin of every confidence; out-of-range (and NaN) go to the end bins
-                bins = (conf if have == width else conf[:, :width]) * nb
-                return self._log_table.take(bins.astype(np.intp), mode="clip") @ upper
+                return cal.log_survival(conf if have == width else conf[:, :width])
             log_c = np.empty((b, width))
-            log_c[:, :have] = self._log_table.take((conf * nb).astype(np.intp), mode="clip")
-            log_c[:, have:] = _log(np.asarray(ctx.acceptance.estimate()[have:width], dtype=float))
+            log_c[:, :have] = cal.log_table().take((conf * cal.bins).astype(np.intp), mode="clip")
+            log_c[:, have:] = log_acceptance(np.asarray(ctx.acceptance.estimate()[have:width], dtype=float))
         else:  # rows from a mapping may be short or missing (NaN): the estimate fills in
             given = _rows_from_mapping(conf, batch.req_ids, width)
             est = np.asarray(ctx.acceptance.estimate()[:width], dtype=float)
             known = np.isfinite(given)
             log_c = np.where(
-                known, self._log_table.take((np.where(known, given, 0.0) * nb).astype(np.intp), mode="clip"),
-                _log(est)[None, :])
-        return log_c @ upper
+                known, cal.log_table().take((np.where(known, given, 0.0) * cal.bins).astype(np.intp), mode="clip"),
+                log_acceptance(est)[None, :])
+        return log_c @ self._upper[width]
 
     def _zero_k_i(self, ids: tuple[str, ...]) -> KiArray:
         """K_i = 0 for every request of the batch (the previous one while it is unchanged)."""
@@ -374,7 +362,9 @@ class BudgetPolicy(Policy):
             if not model.ensure_fitted():
                 k = self.candidates[-1]
                 return decision(ctx, k, self.name, "hold: no step times yet", batch_size=b)
-            # the roofline part of the online model, in the order of _grid_costs
+            # the roofline part of the online model, in the order of _grid_costs (a loop over
+            # kmax + 1 scalars: this runs at every decision without confidences, where the
+            # numpy calls of _grid_costs cost more)
             c0, ct, cd = model.coef
             t0, b0 = model.knees
             bb = max(b, b0)
@@ -413,11 +403,6 @@ class BudgetPolicy(Policy):
             "cost": "cost table" if self.table is not None else "online model",
             "cost_table": None if self.table is None else self.table.source,
         }
-
-
-def _log(p: np.ndarray) -> np.ndarray:
-    """``ln(p)`` in [_MIN_LOG, 0]."""
-    return np.clip(np.log(np.maximum(p, 1e-300)), _MIN_LOG, 0.0)
 
 
 def _rows_from_mapping(conf: Mapping[str, Any], req_ids: tuple[str, ...], kmax: int) -> np.ndarray:

@@ -50,9 +50,6 @@ class StopRule:
         self.threshold = threshold
         self.entropy_threshold = entropy_threshold
         self._log_threshold = math.log(threshold) if threshold > 0 else -math.inf
-        self._log_src: np.ndarray | None = None  # calibration table of the cached logs
-        self._log_table = np.zeros(0)
-        self._upper: dict[int, np.ndarray] = {}  # width -> upper-triangular ones
         self._ok: dict[tuple[int, int], np.ndarray] = {}  # (rows, width) -> pass buffer
         self._ki_src: Mapping[str, int] | None = None  # the policy's K_i mapping last seen ...
         self._ki_ids: tuple[str, ...] | None = None
@@ -89,16 +86,7 @@ class StopRule:
         elif self.mode == "entropy":
             np.less_equal(values, self.entropy_threshold, out=ok)
         else:  # survival of the calibrated confidences, as a cumulative sum of logs
-            table = ctx.calibration.table_array()
-            if table is not self._log_src:
-                self._log_src = table
-                self._log_table = np.log(np.maximum(table, 1e-300))
-            upper = self._upper.get(width)
-            if upper is None:
-                upper = self._upper[width] = np.triu(np.ones((width, width)))
-            n = len(table)
-            log_surv = self._log_table.take((values * n).astype(np.intp), mode="clip") @ upper
-            np.greater_equal(log_surv, self._log_threshold, out=ok)
+            np.greater_equal(ctx.calibration.log_survival(values), self._log_threshold, out=ok)
         return buf.argmin(axis=1)
 
     def _policy_k_i(self, k_i: Mapping[str, int], ids: tuple[str, ...]) -> np.ndarray:
