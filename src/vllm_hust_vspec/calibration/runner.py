@@ -3,7 +3,8 @@
 Called once per engine core by the ``startup-calibration`` patch, at the end of
 ``EngineCore.__init__`` (after model warm-up, KV-cache allocation and the scheduler; before
 ``EngineCoreProc`` sends READY and before the offline ``LLM`` returns).  It acts only when
-the plugin's runtime is attached to the scheduler and its policy is ``budget``:
+the plugin's runtime is attached to the scheduler and its policy is ``budget``; what it does
+is the launcher's plan (:func:`~.plan.calibration_settings`, which the ``--dry-run`` runs):
 
 * ``adaptive_dspark_cost_table`` given: load it (:func:`~.grid.check_cost_table` against the
   running configuration), install it, log its source and coverage; nothing is measured.
@@ -30,14 +31,8 @@ from typing import Any
 from vllm_hust_vspec.adaptive.costmodel import CostTable
 from vllm_hust_vspec.calibration.driver import measure
 from vllm_hust_vspec.calibration.fit import by_point, holdout_error
-from vllm_hust_vspec.calibration.grid import (
-    CalibrationError,
-    CalibrationGrid,
-    check_cost_table,
-    check_engine_limits,
-    load_grid,
-)
-from vllm_hust_vspec.calibration.plan import check_output_path
+from vllm_hust_vspec.calibration.grid import CalibrationError, CalibrationGrid, check_engine_limits
+from vllm_hust_vspec.calibration.plan import calibration_settings
 
 logger = logging.getLogger("vllm_hust_vspec")
 
@@ -50,58 +45,50 @@ READY_MARGIN_S = 15.0  # start-up left after calibration (EngineCoreProc threads
 
 def run_at_start(engine_core: Any) -> CostTable | None:
     """The patch's call: install a cost table in the engine's budget policy (loaded or
-    calibrated), or do nothing when the plugin is not active here. Returns the table."""
+    calibrated), or do nothing when the plugin is not active here. Returns the table.
+
+    The option conflicts (calibration options with another policy, a saved table with a
+    grid or an output) were refused when the engine read its settings
+    (``settings.check_calibration_options``); the plan is the launcher's
+    (:func:`~.plan.calibration_settings`), with what only the engine knows (max_model_len,
+    captured graph sizes, the running configuration a saved table must match)."""
     scheduler = getattr(engine_core, "scheduler", None)
     runtime = None if scheduler is None else scheduler.__dict__.get("_vspec_runtime")
     if runtime is None:
         return None
-    settings = runtime.settings
-    table_path = settings.adaptive_dspark_cost_table
-    grid_path = settings.adaptive_dspark_calibration
-    output = settings.adaptive_dspark_cost_table_output
     policy = runtime.controller.policy
-    if getattr(policy, "name", None) != "budget":
-        given = [name for name, value in (
-            ("adaptive_dspark_cost_table", table_path),
-            ("adaptive_dspark_calibration", grid_path),
-            ("adaptive_dspark_cost_table_output", output)) if value]
-        if given:
-            raise CalibrationError(
-                f"{', '.join(given)} given, but only the 'budget' policy uses a cost table "
-                f"(the engine's policy is {getattr(policy, 'name', policy)!r}; set "
-                "--adaptive-policy budget)")
-        return None
-    if table_path:
-        if grid_path or output:
-            raise CalibrationError(
-                "adaptive_dspark_cost_table skips calibration: do not combine it with "
-                "adaptive_dspark_calibration or adaptive_dspark_cost_table_output")
-        return load_table(runtime, engine_core, str(table_path))
-    if getattr(policy, "table", None) is not None:
-        if grid_path or output:
-            raise CalibrationError(
-                f"the budget policy already has the cost table {policy.table.source} "
-                "(budget:PATH); adaptive_dspark_calibration / adaptive_dspark_cost_table_output "
-                "would calibrate another one")
-        return None
-    return calibrate_at_start(runtime, engine_core,
-                              None if not grid_path else str(grid_path),
-                              None if not output else str(output))
+    if getattr(policy, "name", None) != "budget" or getattr(policy, "table", None) is not None:
+        return None  # not the budget policy, or budget:PATH with its own table
+    vllm_config = engine_core.vllm_config
+    graph_buckets = None
+    if _captures_graphs(vllm_config):
+        graph_buckets = list(vllm_config.compilation_config.cudagraph_capture_sizes or ()) or None
+    plan = calibration_settings(
+        runtime.settings, draft_width=runtime.kmax,
+        max_model_len=int(scheduler.max_model_len),
+        max_num_seqs=int(scheduler.max_num_running_reqs), graph_buckets=graph_buckets,
+        running=running_metadata(engine_core, runtime),
+    )
+    if plan.mode == "load":
+        assert plan.table is not None
+        return load_table(runtime, plan.table)
+    if plan.mode == "calibrate":
+        assert plan.grid is not None
+        return calibrate_at_start(runtime, engine_core, plan.grid, plan.output)
+    return None
 
 
 # --------------------------------------------------------------------------- load
 
 
-def load_table(runtime: Any, engine_core: Any, path: str) -> CostTable:
-    """Load a saved table, check it against the running configuration, install it."""
-    table = check_cost_table(path, draft_width=runtime.kmax,
-                             running=running_metadata(engine_core, runtime))
+def load_table(runtime: Any, table: CostTable) -> CostTable:
+    """Install a saved table (checked against the running configuration) and log it."""
     install(runtime, table)
     cal = table.calibration or {}
     logger.info(
         "vllm-hust-vspec: cost table %s loaded, calibration skipped: cost_model=%s "
         "draft_width=%d coverage B=%s G=%s (measured on model %s, %s, host %s%s)",
-        path, table.cost_model, table.draft_width, list(table.request_buckets),
+        table.source, table.cost_model, table.draft_width, list(table.request_buckets),
         list(table.target_rows), table.model_id, table.dtype, table.host_version,
         "" if not cal.get("grid") else f"; saved calibration grid {json.dumps(cal['grid'])}",
     )
@@ -125,23 +112,15 @@ def install(runtime: Any, table: CostTable) -> None:
 # --------------------------------------------------------------------------- calibrate
 
 
-def calibrate_at_start(runtime: Any, engine_core: Any, grid_path: str | None,
+def calibrate_at_start(runtime: Any, engine_core: Any, grid: CalibrationGrid,
                        output: str | None) -> CostTable:
-    """Check, measure, fit, install and (optionally) save."""
+    """Check the grid against the engine's limits, measure, fit, install and (optionally)
+    save."""
     t0 = time.perf_counter()
-    vllm_config = engine_core.vllm_config
     scheduler = engine_core.scheduler
-    if output is not None:
-        check_output_path(output, "adaptive_dspark_cost_table_output")
-    graph_buckets = None
-    if _captures_graphs(vllm_config):
-        graph_buckets = list(vllm_config.compilation_config.cudagraph_capture_sizes or ()) or None
-    grid = load_grid(grid_path, draft_width=runtime.kmax,
-                     max_model_len=int(scheduler.max_model_len), graph_buckets=graph_buckets,
-                     max_num_seqs=int(scheduler.max_num_running_reqs))
     block = int(scheduler.block_size)
     check_engine_limits(
-        grid, source=grid.source if grid_path is None else grid_path,
+        grid, source=grid.source,
         max_num_seqs=int(scheduler.max_num_running_reqs),
         max_num_batched_tokens=int(scheduler.max_num_scheduled_tokens),
         max_model_len=int(scheduler.max_model_len),

@@ -85,15 +85,14 @@ def stack(records: list[tuple[Any, Any]], drafts: Any, where: str) -> tuple[Any,
     rows, width = int(drafts.shape[0]), int(drafts.shape[1])
     if not records:
         return None
-    else:
-        try:
-            conf = torch.cat([c.reshape(rows, -1) for c, _ in records], dim=1)
-            ent = torch.cat([e.reshape(rows, -1) for _, e in records], dim=1)
-        except RuntimeError as exc:
-            raise RuntimeError(
-                f"vllm-hust-vspec: {where}: draft confidences of {len(records)} drafting "
-                f"pass(es) do not fit {rows} requests x {width} drafts ({exc})"
-            ) from None
+    try:
+        conf = torch.cat([c.reshape(rows, -1) for c, _ in records], dim=1)
+        ent = torch.cat([e.reshape(rows, -1) for _, e in records], dim=1)
+    except RuntimeError as exc:
+        raise RuntimeError(
+            f"vllm-hust-vspec: {where}: draft confidences of {len(records)} drafting "
+            f"pass(es) do not fit {rows} requests x {width} drafts ({exc})"
+        ) from None
     if conf.shape[1] != width:
         raise RuntimeError(
             f"vllm-hust-vspec: {where}: {conf.shape[1]} draft confidences per request for "
