@@ -5,7 +5,8 @@
 #   install [--editable|--wheel W] [--no-deps] [--enable]
 #                              into P's environment: this checkout (editable), a wheel, or by default
 #                              this version from dist/ (--no-index --find-links dist/); then validate
-#   fixtures                   build (or find cached) the tiny model fixtures; prints their directory last
+#   fixtures [BUILDER ARGS]    build (or find cached) the tiny model fixtures; prints their directory last
+#                              (--stage base: only the demo's part; --threads N; scripts/build_fixtures.py --help)
 #   test [ARGS]                install what is missing, then run the test suite (pytest ARGS)
 #   upgrade|rollback (--version V [--index-url URL] | --wheel W) [--no-deps] [--enable]
 #                              no-cache install from dist/ (or the index), then validate and check

@@ -64,6 +64,11 @@ if [[ "$preset" == tiny-cpu-* ]]; then
     if [[ $dry -eq 0 && ! -f "$fixtures/manifest.json" ]]; then
         die "model fixtures not found at $fixtures: run ./manage.sh fixtures (run.sh never builds them)"
     fi
+    # a 'base' build (what ./run.sh demo builds first) has target, target-large and draft only
+    if [[ $dry -eq 0 && "$preset" != tiny-cpu-draft && "$preset" != tiny-cpu-ngram ]] \
+        && grep -q '"stage": "base"' "$fixtures/manifest.json"; then
+        die "the model fixtures at $fixtures are the demo's part (no eagle, eagle3, mtp yet): run ./manage.sh fixtures to finish them"
+    fi
     export HUST_VSPEC_MODEL_DIR="$fixtures"
 fi
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # scripts/demo.sh (= ./run.sh demo): the product working on a fresh machine, no GPU, no model.
-#   1. sets up what is missing: .venv (./manage.sh install --dev) and the tiny model fixtures
-#      (./manage.sh fixtures; both are no-ops when already there);
+#   1. sets up what is missing: .venv (./manage.sh install --dev) and the part of the tiny model
+#      fixtures the demo uses (./manage.sh fixtures --stage base: target, target-large, draft,
+#      prompts; both are no-ops when already there; ./manage.sh fixtures finishes the rest later);
 #   2. runs a short A/B on the large fixture pair (target-large + draft, configs/tiny-cpu-draft.toml):
 #      none, the best fixed K, and online (the plugin), on the `code` and `swing` workloads, one round;
 #   3. prints the ratio table, writes ab.png, report.md and results.json, stops every server, and
@@ -23,8 +24,8 @@ if [[ -n "${VSPEC_FIXTURES:-}" ]]; then
     [[ -f "$FIXTURES/manifest.json" ]] || die "VSPEC_FIXTURES=$FIXTURES holds no manifest.json (unset it to build the fixtures)"
     say "set-up: fixtures from VSPEC_FIXTURES"
 else
-    say "set-up: ./manage.sh fixtures (cached after the first build)"
-    FIXTURES="$("$ROOT/manage.sh" fixtures | tail -n 1)"
+    say "set-up: ./manage.sh fixtures --stage base (the models the demo uses; cached after the first build)"
+    FIXTURES="$("$ROOT/manage.sh" fixtures --stage base | tail -n 1)"
     [[ -f "$FIXTURES/manifest.json" ]] || die "./manage.sh fixtures did not give a fixture directory (got '$FIXTURES')"
 fi
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import socket
@@ -27,6 +28,10 @@ def fixtures_dir() -> pathlib.Path:
             f"model fixtures not found at {root}: run ./manage.sh fixtures "
             "(./manage.sh test does it for you)"
         )
+    stage = json.loads((root / "manifest.json").read_text()).get("stage", "full")
+    if stage != "full":
+        pytest.fail(f"the model fixtures at {root} are a {stage!r} build (the demo's part): run "
+                    "./manage.sh fixtures to finish them (./manage.sh test does it for you)")
     return root.resolve()
 
 

@@ -5,7 +5,8 @@ On a terminal the bar redraws in place; when the stream is a file or a pipe (CI,
 a line ``[desc] 120/650 (18%) 2.6 step/s, ETA 3m24s, loss 5.41`` is written at most every
 ``every_s`` seconds and once at the end, so logs stay short and still say how far it got.
 ``VSPEC_PROGRESS=lines`` forces the lines on a terminal, ``VSPEC_PROGRESS=bar`` the bar
-elsewhere. Leaf module: imports nothing of this package.
+elsewhere. A caller that already logs a line per unit of work (``lines=False``) gets the bar
+on a terminal and nothing more elsewhere. Leaf module: imports nothing of this package.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ class Progress:
     ``clock`` is injectable for tests (seconds, monotonic)."""
 
     def __init__(self, total: int, desc: str, *, unit: str = "step", stream: IO[str] | None = None,
-                 every_s: float = 30.0, clock=time.monotonic) -> None:
+                 every_s: float = 30.0, lines: bool = True, clock=time.monotonic) -> None:
         if total < 0:
             raise ValueError(f"progress total must be >= 0, got {total}")
         self.total, self.desc, self.unit = int(total), desc, unit
@@ -62,6 +63,8 @@ class Progress:
         self.n = 0
         self.postfix: dict[str, Any] = {}
         self.mode = _mode(self.stream)
+        if self.mode == "lines" and not lines:
+            self.mode = "quiet"
         self._t0 = self._last = clock()
         self._bar = None
         if self.mode == "bar":
@@ -100,23 +103,27 @@ class Progress:
                 self._bar.set_postfix({k: _fmt(v) for k, v in self.postfix.items()}, refresh=False)
             self._bar.update(n)
             return
+        if self.mode == "quiet":
+            return
         now = self.clock()
         if now - self._last >= self.every_s or (self.n == self.total and self.n):
             self._last = now
             self.write(self.line())
 
-    def write(self, msg: str) -> None:
-        """A message that does not break the bar."""
+    def write(self, msg: str, file: IO[str] | None = None) -> None:
+        """A message (to ``file``, default the progress stream) that does not break the bar."""
+        out = self.stream if file is None else file
         if self._bar is not None:
-            self._bar.write(msg, file=self.stream)
+            self._bar.write(msg, file=out)
+            out.flush()
         else:
-            print(msg, file=self.stream, flush=True)
+            print(msg, file=out, flush=True)
 
     def close(self) -> None:
         if self._bar is not None:
             self._bar.close()
             self._bar = None
-        elif self.n != self.total:  # ended early (or total unknown): say where it stopped
+        elif self.mode == "lines" and self.n != self.total:  # ended early: say where it stopped
             self.write(self.line())
 
     def __enter__(self) -> Progress:

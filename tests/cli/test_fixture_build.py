@@ -1,7 +1,8 @@
-"""The fixture builder as a command: reproducible at a tiny step budget, cached, clear errors.
+"""The fixture builder as a command: reproducible at a tiny step budget, staged, cached, clear errors.
 
 Two real builds (a few training steps, no vLLM measurement, a narrow target-large) into temp
-roots; they must give byte-identical checkpoints, and a rebuild must return from the cache.
+roots, one in two stages (``--stage base``, then the full build finishing it), one in one go;
+they must give byte-identical checkpoints, and a rebuild must return from the cache.
 """
 
 from __future__ import annotations
@@ -39,7 +40,14 @@ def _digests(fixture: pathlib.Path) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def two_builds(tmp_path_factory) -> tuple[pathlib.Path, pathlib.Path, pathlib.Path]:
     root_a, root_b = tmp_path_factory.mktemp("fx-a"), tmp_path_factory.mktemp("fx-b")
-    a, _ = _build(root_a, *TINY)
+    base, log = _build(root_a, *TINY, "--stage", "base")
+    manifest = json.loads((base / "manifest.json").read_text())
+    assert manifest["stage"] == "base" and set(manifest["models"]) == {"target", "target-large", "draft"}
+    assert sorted(p.name for p in base.iterdir() if p.is_dir()) == ["draft", "prompts", "target", "target-large",
+                                                                    "tokenizer"]
+    assert "stage full" not in log
+    a, log = _build(root_a, *TINY)
+    assert a == base and "stage base" not in log and "stage full" in log  # finishes, does not retrain
     b, _ = _build(root_b, *TINY)
     return root_a, a, b
 
@@ -56,13 +64,17 @@ def test_layout_and_current_link(two_builds) -> None:
     root, a, _ = two_builds
     assert (root / "current").resolve() == a.resolve()
     manifest = json.loads((a / "manifest.json").read_text())
-    assert manifest["hash"] == a.name and manifest["seed"] == 7
-    assert manifest["params"]["scale"] == 0.002
+    assert manifest["hash"] == a.name and manifest["seed"] == 7 and manifest["stage"] == "full"
+    assert manifest["params"]["scale"] == 0.002 and manifest["params"]["threads"] == 2
+    assert manifest["params"]["precision"] == "float32"
     assert 1 <= manifest["params"]["target_steps"] <= 3 and manifest["params"]["head_steps"] == 1
+    assert manifest["guarantee"] is None and manifest["quality"] is None  # no promise at this budget
+    assert manifest["machine"]["cpus"] >= 1
     for name, entry in manifest["models"].items():
         assert (a / entry["path"] / "model.safetensors").is_file(), name
         assert entry["mal_k4"] is None  # --no-mal
     assert not [p for p in root.iterdir() if p.name.startswith(".tmp-")]
+    assert not [p for p in a.iterdir() if p.name.startswith(".")]  # no staging dir, no temp manifest
 
 
 def test_cached_build_trains_nothing(two_builds) -> None:
@@ -79,19 +91,22 @@ def test_parameters_change_the_hash(two_builds, tmp_path: pathlib.Path) -> None:
     from_params = subprocess.run(
         [sys.executable, "-c",
          "import sys; sys.path.insert(0, sys.argv[1]); from fixtures import params as P; "
-         "print(P.build_hash(P.BuildParams(seed=7, scale=0.002, large_intermediate=1024, measure_mal=False)), "
-         "P.build_hash(P.BuildParams(seed=8, scale=0.002, large_intermediate=1024, measure_mal=False)))",
+         "kw = dict(scale=0.002, large_intermediate=1024, measure_mal=False); "
+         "print(P.build_hash(P.BuildParams(seed=7, **kw)), P.build_hash(P.BuildParams(seed=8, **kw)), "
+         "P.build_hash(P.BuildParams(seed=7, threads=1, **kw)))",
          str(REPO / "scripts")], capture_output=True, text=True, check=True).stdout.split()
     _, a, _ = two_builds
     assert from_params[0] == a.name
-    assert from_params[1] != a.name
+    assert from_params[1] != a.name and from_params[2] != a.name
 
 
 def test_bad_arguments_fail_before_building(tmp_path: pathlib.Path) -> None:
     env = {**os.environ, "VSPEC_FIXTURES_DIR": str(tmp_path)}
     for args, needle in ((["--quick", "--scale", "0.5"], "exclusive"),
                          (["--scale", "0"], "--scale"),
-                         (["--large-intermediate", "100"], "--large-intermediate")):
+                         (["--large-intermediate", "100"], "--large-intermediate"),
+                         (["--threads", "0"], "--threads"),
+                         (["--stage", "half"], "--stage")):
         proc = subprocess.run([sys.executable, str(BUILDER), *args], env=env, capture_output=True, text=True)
         assert proc.returncode == 2, args
         assert needle in proc.stderr, proc.stderr

@@ -88,3 +88,14 @@ def test_presets_have_no_absolute_host_paths():
         for key, value in data.get("serve", {}).items():
             if isinstance(value, str):
                 assert not value.startswith(("/", "~")), (path.name, key, value)
+
+
+def test_head_presets_refuse_a_base_build(tmp_path):
+    """A 'base' build (the demo's part) has no heads: the eagle/eagle3/mtp presets say how to
+    finish it, before any server starts."""
+    (tmp_path / "manifest.json").write_text(json.dumps({"stage": "base"}, indent=1))
+    for preset in ("tiny-cpu-eagle", "tiny-cpu-eagle3", "tiny-cpu-mtp"):
+        proc = run_sh(preset, env=clean_env(VSPEC_FIXTURES=str(tmp_path)))
+        assert proc.returncode == 2, preset
+        assert "demo's part" in proc.stderr and "./manage.sh fixtures" in proc.stderr, proc.stderr
+        assert proc.stderr.count("error:") == 1

@@ -75,14 +75,41 @@ def test_llama_to_mimo_adds_zero_qkv_biases_and_the_mtp_layer() -> None:
 def test_params_budgets_and_hash() -> None:
     full, quick = P.BuildParams(), P.BuildParams(scale=P.QUICK_SCALE)
     assert full.target_steps == P.FULL_TARGET_STEPS and full.head_steps == P.FULL_HEAD_STEPS
+    assert full.draft_steps == P.FULL_DRAFT_STEPS and full.as_dict()["precision"] == "float32"
     assert quick.target_steps < full.target_steps
     assert P.BuildParams(scale=1e-6).target_steps == 1
     assert P.build_hash(full) == P.build_hash(P.BuildParams())
     assert len({P.build_hash(p) for p in (full, quick, P.BuildParams(seed=1), P.BuildParams(measure_mal=False),
-                                          P.BuildParams(large_intermediate=8192))}) == 5
+                                          P.BuildParams(large_intermediate=8192), P.BuildParams(threads=1))}) == 6
     with pytest.raises(ValueError, match="--scale"):
         P.BuildParams(scale=0)
+    with pytest.raises(ValueError, match="--threads"):
+        P.BuildParams(threads=0)
     assert P.BUILDER_SCRIPT in P.source_files() and len(P.source_files()) > 5
+
+
+def test_guarantee_only_at_the_full_budget() -> None:
+    promise = P.guarantee(P.BuildParams())
+    assert promise["mal_k4_reference"] == P.REFERENCE_MAL
+    assert promise["mal_k4_relative_tolerance"] == P.MAL_TOLERANCE <= 0.05
+    assert P.guarantee(P.BuildParams(threads=1)) == promise  # the promise holds whatever the thread count
+    assert P.guarantee(P.BuildParams(large_intermediate=8192)) == promise
+    for other in (P.BuildParams(scale=P.QUICK_SCALE), P.BuildParams(seed=1), P.BuildParams(measure_mal=False)):
+        assert P.guarantee(other) is None
+
+
+def test_check_quality_names_every_miss() -> None:
+    promise = {"mal_k4_reference": {"draft": {"code": 3.0, "hard": 2.0}, "eagle": {"code": 3.0, "hard": 2.0}},
+               "mal_k4_relative_tolerance": 0.05, "hard_below_code": 0.5}
+    ok = P.check_quality({"draft": {"code": 3.14, "hard": 2.09}, "eagle": {"code": 2.86, "hard": 1.91}}, promise)
+    assert ok == {"ok": True, "failures": []}
+    bad = P.check_quality({"draft": {"code": 3.2, "hard": 2.0}, "eagle": {"code": 2.9}}, promise)
+    assert not bad["ok"]
+    assert bad["failures"] == ["draft MAL on code 3.2 not within 5% of 3.0",
+                               "eagle MAL on hard None not within 5% of 2.0"]
+    near = {**promise, "mal_k4_reference": {"draft": {"code": 3.0, "hard": 2.4}}}
+    close = P.check_quality({"draft": {"code": 2.86, "hard": 2.45}}, near)
+    assert close["failures"] == ["draft MAL hard 2.45 not below code 2.86 by 0.5"]
 
 
 def test_prompt_sets_format(tmp_path: pathlib.Path) -> None:
@@ -103,10 +130,15 @@ def test_prompt_sets_format(tmp_path: pathlib.Path) -> None:
 
 def test_store_publish_and_current(tmp_path: pathlib.Path) -> None:
     tmp = store.temp_dir(tmp_path, "abc")
-    (tmp / store.MANIFEST).write_text("{}")
+    (tmp / store.MANIFEST).write_text('{"stage": "base"}')
     final = tmp_path / "abc"
+    assert store.stage_of(final) is None and not store.has_stage(final, "base")
     store.publish(tmp, final)
-    assert store.is_complete(final) and not tmp.exists()
+    assert store.has_stage(final, "base") and not store.has_stage(final, "full") and not tmp.exists()
+    (final / store.MANIFEST).write_text('{"stage": "full"}')
+    assert store.has_stage(final, "base") and store.has_stage(final, "full")
+    (final / store.MANIFEST).write_text("{}")  # format 1: always complete
+    assert store.stage_of(final) == "full"
     link = store.point_current(tmp_path, final)
     assert link.is_symlink() and link.resolve() == final.resolve()
     other = tmp_path / "def"

@@ -71,3 +71,21 @@ def test_env_forces_a_mode_and_refuses_others(monkeypatch):
 def test_format_seconds():
     assert [format_seconds(s) for s in (0, 59.4, 75, 3725)] == ["0s", "59s", "1m15s", "1h02m05s"]
     assert format_seconds(float("nan")) == "?"
+
+
+def test_quiet_off_a_terminal_when_the_caller_logs(monkeypatch):
+    monkeypatch.delenv("VSPEC_PROGRESS", raising=False)
+    out, msgs, clock = io.StringIO(), io.StringIO(), Clock()
+    with Progress(3, "bench ab", unit="cell", stream=out, lines=False, clock=clock) as p:
+        assert p.mode == "quiet"
+        for _ in range(3):
+            clock.t += 100
+            p.update()
+        p.write("[1/1] none: 3 cells", file=msgs)
+    assert out.getvalue() == "" and msgs.getvalue() == "[1/1] none: 3 cells\n"
+    tty = Tty()
+    with Progress(1, "bench ab", stream=tty, lines=False) as p:
+        assert p.mode == "bar"
+        p.write("a line", file=msgs)
+        p.update()
+    assert "1/1" in tty.getvalue() and msgs.getvalue().endswith("a line\n")

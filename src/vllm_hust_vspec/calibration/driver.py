@@ -26,6 +26,7 @@ import numpy as np
 
 from vllm_hust_vspec.calibration.fit import Window, subset_problem
 from vllm_hust_vspec.calibration.grid import CalibrationError, CalibrationGrid, ContextRange
+from vllm_hust_vspec.progress import Progress
 
 logger = logging.getLogger("vllm_hust_vspec")
 
@@ -64,6 +65,8 @@ def measure(engine_core: Any, runtime: Any, grid: CalibrationGrid,
     remeasured = 0
     stopped = False
     per_point_s: list[float] = []
+    # a bar on a terminal; the log line of each point (with its ETA) is the record elsewhere
+    bar = Progress(len(points), "vllm-hust-vspec calibration", unit="point", lines=False)
     try:
         for i, (b, g, ctx) in enumerate(points):
             width = g // b - 1
@@ -80,6 +83,7 @@ def measure(engine_core: Any, runtime: Any, grid: CalibrationGrid,
             elapsed = time.perf_counter() - started
             eta = statistics.mean(per_point_s) * (len(points) - done)
             ms = 1000 * statistics.median(w.step_s for w in got)
+            bar.update()
             logger.info(
                 "vllm-hust-vspec calibration: point %d/%d B=%d G=%d (width %d, %s): "
                 "%.3f ms/step over %d windows%s; elapsed %.1f s, ETA %.1f s",
@@ -87,6 +91,7 @@ def measure(engine_core: Any, runtime: Any, grid: CalibrationGrid,
                 f" ({again} disturbed window(s) measured again)" if again else "",
                 elapsed, eta)
     finally:
+        bar.close()
         driver.purge()
     seconds = time.perf_counter() - started
     if stopped:

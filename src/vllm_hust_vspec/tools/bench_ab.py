@@ -33,6 +33,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from vllm_hust_vspec.launcher.errors import LaunchError
+from vllm_hust_vspec.progress import Progress, format_seconds
 from vllm_hust_vspec.settings import SettingsError
 
 from . import bench_configs as cfgs
@@ -146,11 +147,6 @@ def machine_info(base: BaseLaunch | None = None) -> dict[str, Any]:
             "launcher_args": list(base.launcher_args),
         })
     return info
-
-
-def _fmt_s(s: float) -> str:
-    s = int(round(s))
-    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
 
 
 class _Plan:
@@ -290,6 +286,8 @@ def _execute(plan: _Plan, a: argparse.Namespace) -> int:
         raise SystemExit(128 + signum)
 
     old = signal.signal(signal.SIGTERM, on_term)
+    # a bar over every cell of every server on a terminal; the per-server lines stay on stdout
+    bar = Progress(total * len(plan.cells), "bench ab", unit="cell", lines=False)
     try:
         for rnd in range(1, plan.rounds + 1):
             shift = (rnd - 1) % len(plan.configs)
@@ -304,8 +302,8 @@ def _execute(plan: _Plan, a: argparse.Namespace) -> int:
                 server = Server(cmd, port, out / "logs" / f"{tag}.server.log")
                 with server:
                     pid = server.launch()
-                    print(f"  [{tag}] server pid {pid} port {port} starting (log "
-                          f"{server.log_path})", flush=True)
+                    bar.write(f"  [{tag}] server pid {pid} port {port} starting (log "
+                              f"{server.log_path})", file=sys.stdout)
                     server.wait_ready(plan.start_timeout)
                     ready = time.monotonic()
                     with open(out / "logs" / f"{tag}.bench.log", "w", encoding="utf-8") as log:
@@ -328,20 +326,22 @@ def _execute(plan: _Plan, a: argparse.Namespace) -> int:
                                 mean_accept_len=round(r.mean_accept_len, 4),
                                 mean_k=round(r.mean_k, 4)))
                             parts.append(f"{cell.key}={r.output_tok_s:.0f}")
+                            bar.update()
                     bench_s = time.monotonic() - ready
                 done += 1
                 elapsed = time.monotonic() - t0
                 eta = elapsed / done * (total - done)
-                print(f"[{done}/{total}] round {rnd}/{plan.rounds} {config.name}: "
-                      f"{len(plan.cells)} cells in {bench_s:.0f} s (start {ready - started:.0f} s) "
-                      f"tok/s {' '.join(parts)} | elapsed {_fmt_s(elapsed)}, ETA {_fmt_s(eta)}",
-                      flush=True)
+                bar.write(f"[{done}/{total}] round {rnd}/{plan.rounds} {config.name}: "
+                          f"{len(plan.cells)} cells in {bench_s:.0f} s (start {ready - started:.0f} s) "
+                          f"tok/s {' '.join(parts)} | elapsed {format_seconds(elapsed)}, ETA {format_seconds(eta)}",
+                          file=sys.stdout)
                 results.write_results(results_path, command, machine, runs)
     except ServerError as exc:
         raise AbError(str(exc)) from None
     except DriveError as exc:
         raise AbError(f"{exc}; logs in {out / 'logs'}") from None
     finally:
+        bar.close()
         signal.signal(signal.SIGTERM, old)
     report = results.markdown_report(runs, plan.workloads)
     (out / "report.md").write_text(report, encoding="utf-8")

@@ -49,6 +49,7 @@ from vllm_hust_vspec.adaptive.costmodel import nnls
 from vllm_hust_vspec.adaptive.profile import ProfileError, fit_profile, load_profile
 from vllm_hust_vspec.backends.methods import draft_forwards
 from vllm_hust_vspec.launcher.errors import LaunchError
+from vllm_hust_vspec.progress import Progress, format_seconds
 from vllm_hust_vspec.settings import SettingsError
 
 from . import bench_configs as cfgs
@@ -253,6 +254,8 @@ def _measure(grid: _Grid) -> int:
     cells = grid.cells()
     measured: list[dict[str, Any]] = []
     t0 = time.monotonic()
+    # a bar over every cell on a terminal; the per-K lines stay on stdout
+    bar = Progress(len(grid.gammas) * len(cells), "profile", unit="cell", lines=False)
     for i, k in enumerate(grid.gammas, start=1):
         port = free_port()
         cmd = grid.command(k, port)
@@ -284,12 +287,14 @@ def _measure(grid: _Grid) -> int:
                         "steps": len(steps), "step_ms": round(statistics.median(steps), 4),
                         "context_tokens": round(b * (prompt + length / 2.0), 1),
                         "prompt_tokens_mean": round(prompt, 1)})
+                    bar.update()
         elapsed = time.monotonic() - t0
         eta = elapsed / i * (len(grid.gammas) - i)
         row = " ".join(f"b{m['batch']}/L{m['output_len']}={m['output_tok_s']:.0f}"
                        for m in measured if m["k"] == k)
-        print(f"[{i}/{len(grid.gammas)}] K={k}: tok/s {row} | elapsed {elapsed:.0f} s, "
-              f"ETA {eta:.0f} s", flush=True)
+        bar.write(f"[{i}/{len(grid.gammas)}] K={k}: tok/s {row} | elapsed {format_seconds(elapsed)}, "
+                  f"ETA {format_seconds(eta)}", file=sys.stdout)
+    bar.close()
     return _finish(grid, measured)
 
 
