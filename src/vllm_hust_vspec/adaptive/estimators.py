@@ -324,7 +324,11 @@ def _fit_grid(
         ax = (A @ x[..., None])[..., 0]
         sse = syy - 2.0 * (x * r).sum(-1) + (x * ax).sum(-1)
         sse = np.where(feasible, sse, np.inf)
-        idx = np.unravel_index(int(np.argmin(sse)), sse.shape)
+        # the first knee pair within rounding of the least sse: a near-tie between knees must
+        # not be decided by the BLAS kernel's summation order (another CPU, another
+        # OPENBLAS_CORETYPE), or two machines learn different costs from the same samples
+        near = sse <= sse.min() + 1e-9 * max(1.0, syy)
+        idx = np.unravel_index(int(np.argmax(near)), sse.shape)
         if sse[idx] < best[0] - 1e-9 * max(1.0, syy):
             best = (float(sse[idx]), x[idx], float(tg[idx[0]]), float(bg[idx[1]]))
         if mask.all() or mask.sum() == 1:
