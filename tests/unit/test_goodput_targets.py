@@ -38,3 +38,22 @@ def test_online_meets_targets(kind, seed):
         f"{kind} seed {seed}: online {cell.tok_s['online']:.0f} tok/s, oracle {cell.oracle:.0f}, "
         f"best fixed K={cell.best_fixed_k} {cell.best_fixed:.0f}"
     )
+
+
+def test_same_result_whatever_the_blas_kernel():
+    """numpy's BLAS kernel (OPENBLAS_CORETYPE, which some machines set) sums in another order;
+    the controller must not decide a near-tie by that: the same cell gives the same goodput
+    under two kernels (before the cost fit's tie rule, 292 vs 302 tok/s on this cell)."""
+    import os
+    import subprocess
+
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); import sim_table; "
+            "print(repr(sim_table.measure('stationary-high', 2, ('online',)).tok_s['online']))")
+    out = set()
+    for core in ("Haswell", "SkylakeX"):
+        env = {**os.environ, "OPENBLAS_CORETYPE": core}
+        proc = subprocess.run([sys.executable, "-c", code, str(_SCRIPT.parent)], env=env,
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        out.add(proc.stdout.strip())
+    assert len(out) == 1, out
