@@ -29,7 +29,7 @@ def parse_args(argv: list[str]) -> tuple[P.BuildParams, pathlib.Path, str]:
     ap.add_argument("--seed", type=int, default=0, help="seed of every random choice (default 0)")
     ap.add_argument("--scale", type=float, default=None,
                     help=f"multiply the training step budget (default 1.0 = {P.FULL_TARGET_STEPS} target + "
-                         f"{P.FULL_HEAD_STEPS} drafter steps)")
+                         f"{P.FULL_DRAFTER_STEPS} drafter steps)")
     ap.add_argument("--quick", action="store_true", help=f"a plumbing build in a few minutes (--scale {P.QUICK_SCALE})")
     ap.add_argument("--large-intermediate", type=int, default=16384,
                     help="MLP width of target-large / mtp-large (zero-padded, same function; default 16384)")

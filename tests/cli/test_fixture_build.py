@@ -33,7 +33,7 @@ def _build(root: pathlib.Path, *args: str) -> tuple[pathlib.Path, str]:
 
 def _digests(fixture: pathlib.Path) -> dict[str, str]:
     files = sorted(fixture.glob("*/model.safetensors")) + [fixture / "tokenizer" / "tokenizer.json"]
-    files += sorted((fixture / "prompts").glob("*.jsonl"))
+    files += sorted((fixture / "prompts").glob("*.jsonl")) + sorted((fixture / "mal-prompts").glob("*.jsonl"))
     return {str(p.relative_to(fixture)): hashlib.sha256(p.read_bytes()).hexdigest() for p in files}
 
 
@@ -43,8 +43,8 @@ def two_builds(tmp_path_factory) -> tuple[pathlib.Path, pathlib.Path, pathlib.Pa
     base, log = _build(root_a, *TINY, "--stage", "base")
     manifest = json.loads((base / "manifest.json").read_text())
     assert manifest["stage"] == "base" and set(manifest["models"]) == {"target", "target-large", "draft"}
-    assert sorted(p.name for p in base.iterdir() if p.is_dir()) == ["draft", "prompts", "target", "target-large",
-                                                                    "tokenizer"]
+    assert sorted(p.name for p in base.iterdir() if p.is_dir()) == ["draft", "mal-prompts", "prompts", "target",
+                                                                    "target-large", "tokenizer"]
     assert "stage full" not in log
     a, log = _build(root_a, *TINY)
     assert a == base and "stage base" not in log and "stage full" in log  # finishes, does not retrain
@@ -56,7 +56,7 @@ def test_same_seed_gives_identical_checkpoints(two_builds) -> None:
     _, a, b = two_builds
     assert a.name == b.name  # same code and parameters -> same hash
     da, db = _digests(a), _digests(b)
-    assert len(da) == 7 + 1 + 3
+    assert len(da) == 7 + 1 + 3 + 3
     assert da == db
 
 
@@ -66,7 +66,7 @@ def test_layout_and_current_link(two_builds) -> None:
     manifest = json.loads((a / "manifest.json").read_text())
     assert manifest["hash"] == a.name and manifest["seed"] == 7 and manifest["stage"] == "full"
     assert manifest["params"]["scale"] == 0.002 and manifest["params"]["threads"] == 2
-    assert manifest["params"]["precision"] == "float32"
+    assert manifest["params"]["precision"] == "bf16 autocast, fp32 weights"
     assert 1 <= manifest["params"]["target_steps"] <= 3 and manifest["params"]["head_steps"] == 1
     assert manifest["guarantee"] is None and manifest["quality"] is None  # no promise at this budget
     assert manifest["machine"]["cpus"] >= 1

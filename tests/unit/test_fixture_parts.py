@@ -74,8 +74,8 @@ def test_llama_to_mimo_adds_zero_qkv_biases_and_the_mtp_layer() -> None:
 
 def test_params_budgets_and_hash() -> None:
     full, quick = P.BuildParams(), P.BuildParams(scale=P.QUICK_SCALE)
-    assert full.target_steps == P.FULL_TARGET_STEPS and full.head_steps == P.FULL_HEAD_STEPS
-    assert full.draft_steps == P.FULL_DRAFT_STEPS and full.as_dict()["precision"] == "float32"
+    assert full.target_steps == P.FULL_TARGET_STEPS and full.head_steps == P.FULL_DRAFTER_STEPS
+    assert full.as_dict()["precision"] == "bf16 autocast, fp32 weights"
     assert quick.target_steps < full.target_steps
     assert P.BuildParams(scale=1e-6).target_steps == 1
     assert P.build_hash(full) == P.build_hash(P.BuildParams())
