@@ -125,8 +125,8 @@ def test_manifest_layout(manifest: dict, fixtures_dir: pathlib.Path) -> None:
 
 def test_manifest_quality_bar(manifest: dict) -> None:
     """Exactly what the build guarantees (scripts/fixtures/params.py, recorded in the
-    manifest): each drafter's MAL at K = 4 on each prompt set within the relative tolerance
-    of the reference, and ``hard`` below ``code`` by the margin, whatever machine built it."""
+    manifest): each drafter's MAL at K = 4 on each prompt set within the set's relative
+    tolerance of the reference, and ``hard`` below ``code`` by the margin, whatever machine built it."""
     P = _builder_params()
     promise = manifest["guarantee"]
     params = P.BuildParams(**{k: manifest["params"][k] for k in
@@ -139,10 +139,10 @@ def test_manifest_quality_bar(manifest: dict) -> None:
     assert manifest["quality"] == check
     assert check["ok"], "\n".join(check["failures"])
     ref, tol = promise["mal_k4_reference"], promise["mal_k4_relative_tolerance"]
-    assert set(ref) == set(DRAFTERS) and tol <= 0.05
+    assert set(ref) == set(DRAFTERS) and tol["code"] == tol["prose"] == 0.05 and tol["hard"] <= 0.10
     for name in DRAFTERS:  # the same check, written out
         for prompt_set, want in ref[name].items():
-            assert abs(measured[name][prompt_set] - want) <= tol * want, (name, prompt_set, measured[name])
+            assert abs(measured[name][prompt_set] - want) <= tol[prompt_set] * want, (name, prompt_set, measured[name])
         assert measured[name]["hard"] <= measured[name]["code"] - promise["hard_below_code"], (name, measured[name])
 
 

@@ -91,7 +91,8 @@ def test_params_budgets_and_hash() -> None:
 def test_guarantee_only_at_the_full_budget() -> None:
     promise = P.guarantee(P.BuildParams())
     assert promise["mal_k4_reference"] == P.REFERENCE_MAL
-    assert promise["mal_k4_relative_tolerance"] == P.MAL_TOLERANCE <= 0.05
+    assert promise["mal_k4_relative_tolerance"] == P.MAL_TOLERANCE
+    assert P.MAL_TOLERANCE["code"] == P.MAL_TOLERANCE["prose"] == 0.05 and P.MAL_TOLERANCE["hard"] <= 0.10
     assert P.guarantee(P.BuildParams(threads=1)) == promise  # the promise holds whatever the thread count
     assert P.guarantee(P.BuildParams(large_intermediate=8192)) == promise
     for other in (P.BuildParams(scale=P.QUICK_SCALE), P.BuildParams(seed=1), P.BuildParams(measure_mal=False)):
@@ -100,7 +101,7 @@ def test_guarantee_only_at_the_full_budget() -> None:
 
 def test_check_quality_names_every_miss() -> None:
     promise = {"mal_k4_reference": {"draft": {"code": 3.0, "hard": 2.0}, "eagle": {"code": 3.0, "hard": 2.0}},
-               "mal_k4_relative_tolerance": 0.05, "hard_below_code": 0.5}
+               "mal_k4_relative_tolerance": {"code": 0.05, "hard": 0.05}, "hard_below_code": 0.5}
     ok = P.check_quality({"draft": {"code": 3.14, "hard": 2.09}, "eagle": {"code": 2.86, "hard": 1.91}}, promise)
     assert ok == {"ok": True, "failures": []}
     bad = P.check_quality({"draft": {"code": 3.2, "hard": 2.0}, "eagle": {"code": 2.9}}, promise)
