@@ -21,14 +21,16 @@ DRAFTERS = ("draft", "eagle", "eagle3", "mtp")
 MAX_TOKENS = 24
 
 
-def _load_mal():
-    spec = importlib.util.spec_from_file_location("vspec_fixture_mal", REPO / "scripts" / "fixtures" / "mal.py")
+def _load_builder_module(name: str):
+    """A module of the fixture builder (scripts/fixtures/NAME.py), loaded by path."""
+    spec = importlib.util.spec_from_file_location(f"vspec_fixture_{name}", REPO / "scripts" / "fixtures" / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses look their module up
     spec.loader.exec_module(mod)
     return mod
 
 
-MAL = _load_mal()
+MAL = _load_builder_module("mal")
 
 
 @pytest.fixture(scope="module")
@@ -98,15 +100,6 @@ def test_large_target_generates_like_target(engine_runs) -> None:
     assert engine_runs(True, "mtp", baseline=True)[0] == engine_runs(False, "mtp", baseline=True)[0]
 
 
-def _builder_params():
-    """The builder's own parameter module (the guarantee lives there, in the build hash)."""
-    spec = importlib.util.spec_from_file_location("vspec_fixture_params", REPO / "scripts" / "fixtures" / "params.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # dataclasses look their module up
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def test_manifest_layout(manifest: dict, fixtures_dir: pathlib.Path) -> None:
     models = manifest["models"]
     assert manifest.get("stage", "full") == "full"
@@ -127,7 +120,7 @@ def test_manifest_quality_bar(manifest: dict) -> None:
     """Exactly what the build guarantees (scripts/fixtures/params.py, recorded in the
     manifest): each drafter's MAL at K = 4 on each prompt set within the set's relative
     tolerance of the reference, and ``hard`` below ``code`` by the margin, whatever machine built it."""
-    P = _builder_params()
+    P = _load_builder_module("params")  # the guarantee lives there, in the build hash
     promise = manifest["guarantee"]
     params = P.BuildParams(**{k: manifest["params"][k] for k in
                               ("seed", "scale", "large_intermediate", "measure_mal", "threads")})
