@@ -21,6 +21,7 @@ import statistics
 import sys
 import time
 
+from vllm_hust_vspec.runtime.engine import runtime_of
 from vllm_hust_vspec.tools.fixture_dir import fixtures_dir
 
 
@@ -70,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     base = LLM(**common)
     spec = {"method": "draft_model", "model": str(fixtures / "draft"), "num_speculative_tokens": args.kmax}
     plug = LLM(speculative_config=spec, **common)
-    runtime = plug.llm_engine.engine_core.engine_core.scheduler._vspec_runtime
+    runtime = runtime_of(plug.llm_engine.engine_core.engine_core.scheduler)
     configs = ["target-only"] + [f"fixed:{k}" for k in range(1, args.kmax + 1)] + ["online"]
     results: dict[str, dict[int, list[float]]] = {c: {1: [], 8: []} for c in configs}
     for llm in (base, plug):  # warm-up

@@ -21,6 +21,6 @@ def register() -> None:
     it, so the process fails closed instead of running half-patched."""
     if os.environ.get("HUST_VSPEC_ENABLED") != "1":
         return
-    from vllm_hust_vspec.runtime.plugin import activate
+    from vllm_hust_vspec.plugin import activate
 
     activate()

@@ -6,7 +6,8 @@ else is generated from this table: the launcher's argparse parser, TOML validati
 transport that carries settings from the launcher into every vLLM process, and
 ``docs/options.md``.
 
-This module is a leaf: it imports nothing of ours, and nothing heavy (no vllm, no torch).
+This module imports only the leaf modules :mod:`.names`, :mod:`.errors` and :mod:`.checks`
+of ours, and nothing heavy (no vllm, no torch).
 
 Scopes:
   * ``plugin``   -- read by the plugin inside vLLM; travels as ``HUST_VSPEC_<NAME>``.
@@ -23,6 +24,10 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from vllm_hust_vspec.checks import is_int
+from vllm_hust_vspec.errors import VspecError
+from vllm_hust_vspec.names import MAX_ENTROPY, POLICIES, STOP_MODES
+
 ENV_PREFIX = "HUST_VSPEC_"
 LEGACY_ENV_PREFIXES = ("HUST_SPECSLO_", "HUST_SPECASCEND_")
 ENABLE_ENV = "HUST_VSPEC_ENABLED"
@@ -30,7 +35,7 @@ ENABLE_ENV = "HUST_VSPEC_ENABLED"
 _TYPES = ("bool", "int", "float", "str", "path", "int_list", "str_list")
 
 
-class SettingsError(ValueError):
+class SettingsError(VspecError, ValueError):
     """Bad option value, unknown key or wrong type.  The message names the source
     (file, key, flag or env var) and what was expected."""
 
@@ -127,9 +132,6 @@ def canonical_method(name: str, source: str = "method") -> str:
 
 # --------------------------------------------------------------------------- the schema
 
-POLICIES = ("fixed", "schedule", "online", "profile", "budget", "sweep")
-STOP_MODES = ("off", "survival", "confidence", "entropy")
-
 OPTIONS: tuple[Option, ...] = (
     # ---- controller (adaptive core) -------------------------------------------------
     Option("adaptive_speculation", "bool", True,
@@ -190,13 +192,13 @@ OPTIONS: tuple[Option, ...] = (
     Option("adaptive_stop_threshold", "float", 0.1,
            "Threshold of the per-request stop.", minimum=0.0, maximum=1.0,
            group="controller"),
-    # the most a top-8 entropy can be is ln 8 (adaptive.observations.ENTROPY_TOPK = 8)
+    # the most a top-8 entropy can be is ln 8 (names.ENTROPY_TOPK = 8)
     Option("adaptive_stop_entropy", "float", 1.0,
            "Entropy threshold (nats) of --adaptive-stop entropy: a draft is cut before the "
            "first token whose entropy over the drafter's 8 most likely tokens is above it "
            "(0 = one sure token, ln 8 = 2.08 = eight equally likely ones; 1.0 = about e = 2.7 "
            "equally likely tokens).",
-           minimum=0.0, maximum=math.log(8), group="controller"),
+           minimum=0.0, maximum=MAX_ENTROPY, group="controller"),
     Option("adaptive_dspark_calibration", "path", None,
            "Start-up calibration grid (JSON, docs/calibration.md) for the budget policy, "
            "instead of the built-in defaults; measured before the server reports ready.",
@@ -363,72 +365,94 @@ def _fail(opt: Option, raw: Any, source: str, extra: str = "") -> SettingsError:
 
 
 def _convert(opt: Option, raw: Any, source: str) -> Any:
-    t = opt.type
-    if t == "bool":
-        if isinstance(raw, bool):
-            return raw
-        if isinstance(raw, str) and raw.strip().lower() in _TRUE | _FALSE:
-            return raw.strip().lower() in _TRUE
-        raise _fail(opt, raw, source)
-    if t == "int":
-        if isinstance(raw, bool):
-            raise _fail(opt, raw, source)
-        if isinstance(raw, int):
-            return raw
-        if isinstance(raw, str):
-            try:
-                return int(raw.strip())
-            except ValueError:
-                raise _fail(opt, raw, source) from None
-        raise _fail(opt, raw, source)
-    if t == "float":
-        if isinstance(raw, bool):
-            raise _fail(opt, raw, source)
-        if isinstance(raw, (int, float)):
-            value = float(raw)
-        elif isinstance(raw, str):
-            try:
-                value = float(raw.strip())
-            except ValueError:
-                raise _fail(opt, raw, source) from None
-        else:
-            raise _fail(opt, raw, source)
-        if not math.isfinite(value):
-            raise _fail(opt, raw, source, "must be finite")
-        return value
-    if t in ("str", "path"):
-        if not isinstance(raw, str):
-            raise _fail(opt, raw, source)
-        if opt.choices and raw not in opt.choices:
-            raise _fail(opt, raw, source)
-        if t == "path" and not raw:
-            raise _fail(opt, raw, source, "empty path")
+    return _CONVERTERS[opt.type](opt, raw, source)
+
+
+def _to_bool(opt: Option, raw: Any, source: str) -> bool:
+    if isinstance(raw, bool):
         return raw
-    if t in ("int_list", "str_list"):
-        items: list[Any]
-        if isinstance(raw, str):
-            items = [p.strip() for p in raw.split(",") if p.strip()]
-        elif isinstance(raw, (list, tuple)):
-            items = list(raw)
-        else:
+    if isinstance(raw, str) and raw.strip().lower() in _TRUE | _FALSE:
+        return raw.strip().lower() in _TRUE
+    raise _fail(opt, raw, source)
+
+
+def _to_int(opt: Option, raw: Any, source: str) -> int:
+    if is_int(raw):
+        return raw
+    if isinstance(raw, str):
+        try:
+            return int(raw.strip())
+        except ValueError:
+            raise _fail(opt, raw, source) from None
+    raise _fail(opt, raw, source)
+
+
+def _to_float(opt: Option, raw: Any, source: str) -> float:
+    if isinstance(raw, bool):
+        raise _fail(opt, raw, source)
+    if isinstance(raw, (int, float)):
+        value = float(raw)
+    elif isinstance(raw, str):
+        try:
+            value = float(raw.strip())
+        except ValueError:
+            raise _fail(opt, raw, source) from None
+    else:
+        raise _fail(opt, raw, source)
+    if not math.isfinite(value):
+        raise _fail(opt, raw, source, "must be finite")
+    return value
+
+
+def _to_str(opt: Option, raw: Any, source: str) -> str:
+    if not isinstance(raw, str):
+        raise _fail(opt, raw, source)
+    if opt.choices and raw not in opt.choices:
+        raise _fail(opt, raw, source)
+    if opt.type == "path" and not raw:
+        raise _fail(opt, raw, source, "empty path")
+    return raw
+
+
+def _list_items(opt: Option, raw: Any, source: str) -> list[Any]:
+    if isinstance(raw, str):
+        return [p.strip() for p in raw.split(",") if p.strip()]
+    if isinstance(raw, (list, tuple)):
+        return list(raw)
+    raise _fail(opt, raw, source)
+
+
+def _to_str_list(opt: Option, raw: Any, source: str) -> tuple[str, ...]:
+    items = _list_items(opt, raw, source)
+    if not all(isinstance(i, str) for i in items):
+        raise _fail(opt, raw, source)
+    return tuple(items)
+
+
+def _to_int_list(opt: Option, raw: Any, source: str) -> tuple[int, ...]:
+    out = []
+    for i in _list_items(opt, raw, source):
+        if isinstance(i, bool):
             raise _fail(opt, raw, source)
-        if t == "str_list":
-            if not all(isinstance(i, str) for i in items):
-                raise _fail(opt, raw, source)
-            return tuple(items)
-        out = []
-        for i in items:
-            if isinstance(i, bool):
-                raise _fail(opt, raw, source)
-            if isinstance(i, int):
-                out.append(i)
-                continue
-            try:
-                out.append(int(str(i)))
-            except ValueError:
-                raise _fail(opt, raw, source) from None
-        return tuple(out)
-    raise AssertionError(t)
+        if isinstance(i, int):
+            out.append(i)
+            continue
+        try:
+            out.append(int(str(i)))
+        except ValueError:
+            raise _fail(opt, raw, source) from None
+    return tuple(out)
+
+
+_CONVERTERS = {
+    "bool": _to_bool,
+    "int": _to_int,
+    "float": _to_float,
+    "str": _to_str,
+    "path": _to_str,
+    "int_list": _to_int_list,
+    "str_list": _to_str_list,
+}
 
 
 def _check_range(opt: Option, value: Any, source: str) -> None:
@@ -596,41 +620,77 @@ def check_kmax(settings: Settings, kmax: int, source: str = "settings") -> None:
         if k > kmax:
             raise SettingsError(f"{source}: adaptive_sweep value {k} exceeds Kmax = {kmax}")
     if settings.adaptive_schedule:
-        for _lo, _hi, k in parse_schedule(settings.adaptive_schedule, source):
-            if k > kmax:
-                raise SettingsError(
-                    f"{source}: adaptive_schedule K={k} exceeds Kmax = {kmax}"
-                )
+        parse_schedule(settings.adaptive_schedule, f"{source}: adaptive_schedule", kmax)
 
 
-def parse_schedule(text: str, source: str) -> list[tuple[int, int, int]]:
-    """Parse ``'1-4:4,5-32:2'`` into ``[(1, 4, 4), (5, 32, 2)]`` (inclusive ranges,
-    sorted, non-overlapping; a single number ``'8:1'`` is the range 8-8)."""
-    out: list[tuple[int, int, int]] = []
+ScheduleEntry = tuple[int, int, int]
+SCHEDULE_EXAMPLE = "'1-4:4,5-32:2'"
+
+
+def parse_schedule(
+    table: str | Iterable[Any], source: str, kmax: int | None = None
+) -> list[ScheduleEntry]:
+    """THE schedule parser: a batch-size -> K table with the semantics of vLLM's
+    ``num_speculative_tokens_per_batch_size``, given as text (``'1-4:4,5-32:2'``: inclusive
+    ranges ``LO-HI:K``, a single number ``'8:1'`` is the range 8-8) or as the host's table
+    (a list of ``(lo, hi, K)``).  Returns the entries sorted; ranges must not overlap and the
+    first must start at batch size 1 (as vLLM requires); with ``kmax`` every K is in
+    ``[0, kmax]``.  Errors are one :class:`SettingsError` (a ValueError) naming ``source``
+    and the entry."""
+    entries = _schedule_text(table, source) if isinstance(table, str) else _schedule_rows(table, source)
+    if not entries:
+        raise SettingsError(source, None, f"empty table {table!r} (e.g. {SCHEDULE_EXAMPLE})")
+    out = sorted(entries)
+    prev_end = 0
+    for lo, hi, k in out:
+        if lo <= 0 or hi < lo:
+            raise SettingsError(source, None, f"bad batch-size range {lo}-{hi}")
+        if k < 0 or (kmax is not None and k > kmax):
+            bound = f"[0, {kmax}] (kmax)" if kmax is not None else "[0, Kmax]"
+            raise SettingsError(source, None,
+                                f"K={k} for batch sizes {lo}-{hi} is out of range {bound}")
+        if lo <= prev_end:
+            raise SettingsError(source, None, f"range {lo}-{hi} overlaps the previous one")
+        prev_end = hi
+    if out[0][0] != 1:
+        raise SettingsError(
+            source, None,
+            f"the first range must start at batch size 1 (got {out[0][0]}-{out[0][1]}), "
+            f"as vLLM requires",
+        )
+    return out
+
+
+def _schedule_text(text: str, source: str) -> list[ScheduleEntry]:
+    entries: list[ScheduleEntry] = []
     for part in (p.strip() for p in text.split(",")):
         if not part:
             continue
         try:
             rng, k = part.split(":")
             if "-" in rng:
-                lo, hi = (int(x) for x in rng.split("-"))
+                lo_s, hi_s = rng.split("-")
+                lo, hi = int(lo_s), int(hi_s)
             else:
                 lo = hi = int(rng)
-            entry = (lo, hi, int(k))
+            entries.append((lo, hi, int(k)))
         except ValueError:
             raise SettingsError(
-                f"{source}: bad schedule entry {part!r} (expected LO-HI:K, e.g. 1-4:4)"
+                source, None,
+                f"bad entry {part!r} in {text!r} (expected LO-HI:K, e.g. {SCHEDULE_EXAMPLE})",
             ) from None
-        if entry[0] < 1 or entry[1] < entry[0] or entry[2] < 0:
-            raise SettingsError(f"{source}: bad schedule entry {part!r}")
-        out.append(entry)
-    if not out:
-        raise SettingsError(f"{source}: empty schedule")
-    out.sort()
-    for a, b in zip(out, out[1:]):
-        if b[0] <= a[1]:
-            raise SettingsError(f"{source}: schedule ranges overlap: {a} and {b}")
-    return out
+    return entries
+
+
+def _schedule_rows(rows: Iterable[Any], source: str) -> list[ScheduleEntry]:
+    entries: list[ScheduleEntry] = []
+    for row in rows:
+        if (not isinstance(row, (list, tuple)) or len(row) != 3
+                or not all(is_int(v) for v in row)):
+            raise SettingsError(source, None,
+                                f"bad entry {row!r} (expected (LO, HI, K) integers)")
+        entries.append((int(row[0]), int(row[1]), int(row[2])))
+    return entries
 
 
 def iter_env_names() -> Iterable[str]:

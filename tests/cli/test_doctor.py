@@ -20,7 +20,7 @@ import pytest
 
 from vllm_hust_vspec.host.probe import MISSING, OK, SourceProbe
 from vllm_hust_vspec.patches import catalog
-from vllm_hust_vspec.patches.spec import FAMILY_VLLM, Symbol
+from vllm_hust_vspec.patchspec import FAMILY_VLLM, Symbol
 
 pytestmark = pytest.mark.cli
 
@@ -253,7 +253,7 @@ def test_probe_resolution_rules(tmp_path: pathlib.Path) -> None:
 
 def test_requirement_only_specs_are_declared_for_the_doctor_not_applied() -> None:
     from vllm_hust_vspec.patches import requirements_ascend, requirements_hust
-    from vllm_hust_vspec.patches.spec import FAMILY_ASCEND, FAMILY_HUST
+    from vllm_hust_vspec.patchspec import FAMILY_ASCEND, FAMILY_HUST
     from vllm_hust_vspec.settings import METHODS
     from vllm_hust_vspec.tools.doctor import load_specs
 

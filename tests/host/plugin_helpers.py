@@ -111,8 +111,9 @@ def close(llm: Any) -> None:
 
 def runtime_of(llm: Any):
     """The plugin's engine runtime of an in-process engine (None when inert)."""
-    scheduler = llm.llm_engine.engine_core.engine_core.scheduler
-    return scheduler.__dict__.get("_vspec_runtime")
+    from vllm_hust_vspec.runtime.engine import runtime_of as of_scheduler
+
+    return of_scheduler(llm.llm_engine.engine_core.engine_core.scheduler)
 
 
 def greedy(llm: Any, prompts: list[str], max_tokens: int = MAX_TOKENS) -> list[list[int]]:

@@ -131,7 +131,7 @@ def calibrated(fixtures_dir, prompts, tmp_path_factory):
                 "decisions": rt.controller.decisions, "steps": rt.controller.steps,
                 "requests": len(scheduler.requests),
                 "kv_usage": scheduler.get_kv_cache_usage(),
-                "width": rt.calibration_width, "table": rt.controller.policy.table,
+                "width": rt.width_override, "table": rt.controller.policy.table,
                 "trace_lines": len(trace.read_text().splitlines()) if trace.exists() else 0,
             }
             tokens = greedy(llm, prompts, MAX_TOKENS)

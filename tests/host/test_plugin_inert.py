@@ -25,7 +25,7 @@ import json, os, sys
 fixtures = sys.argv[1]
 from vllm_hust_vspec.patches import catalog, registry
 from vllm_hust_vspec.patches.registry import Patch, PatchError
-from vllm_hust_vspec.patches.spec import PatchSpec, Symbol
+from vllm_hust_vspec.patchspec import PatchSpec, Symbol
 from vllm_hust_vspec.settings import SettingsError
 
 specs = [s for s in catalog.all_specs() if s.applies and s.family == 'vllm']
@@ -85,7 +85,9 @@ for name, spec in (("host", None), ("spec", {"method": "draft_model", "num_specu
               max_num_seqs=8, enforce_eager=True, seed=0, speculative_config=spec)
     sched = llm.llm_engine.engine_core.engine_core.scheduler
     report[name + "_lookup_is_none"] = sched.dynamic_sd_lookup is None
-    report[name + "_runtime"] = "_vspec_runtime" in sched.__dict__
+    from vllm_hust_vspec.runtime.engine import runtime_of
+
+    report[name + "_runtime"] = runtime_of(sched) is not None
     outs[name] = [list(o.outputs[0].token_ids) for o in llm.generate(prompts, sp, use_tqdm=False)]
     llm.llm_engine.engine_core.shutdown()
     del llm

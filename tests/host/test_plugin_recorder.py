@@ -3,7 +3,7 @@
 A run at fixed Kmax with ``HUST_VSPEC_ADAPTIVE_RECORD_TRACE`` set; the trace file is read by
 the simulator and replayed at ``fixed:Kmax``: it reproduces the run's committed tokens and
 vLLM's own accepted-token counter exactly (treatment of non-drafted and skipped positions:
-``vllm_hust_vspec.runtime.recorder``).
+``vllm_hust_vspec.runtime.sim_trace``).
 """
 
 from __future__ import annotations

@@ -95,7 +95,7 @@ def test_native_tables(tmp_path):
     prof.write_text(json.dumps({"batch_gamma_policy": {"1": 4, "8": 2}}))
     assert C.load_native_table(str(prof)) == [[1, 1, 4], [2, 8, 2]]
     for text, msg in (("2-4:1", "must start at batch size 1"), ("1-4:1,3-8:2", "overlaps"),
-                      ("1-4:x", "not LO-HI:K"), ("1-4:-1", "must be >= 0"), ("4-1:2", "start <= end")):
+                      ("1-4:x", "expected LO-HI:K"), ("1-4:-1", "out of range"), ("4-1:2", "bad batch-size range 4-1")):
         with pytest.raises(C.ConfigError, match=msg):
             C.table_from_text(text, "t")
     prof.write_text(json.dumps({"target": {}}))

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from vllm_hust_vspec.adaptive.policies import registry
-from vllm_hust_vspec.adaptive.policies.stop import STOP_MODES
+from vllm_hust_vspec.names import STOP_MODES
 
 pytestmark = pytest.mark.unit
 

@@ -15,7 +15,7 @@ import pytest
 
 from vllm_hust_vspec.patches import catalog, registry
 from vllm_hust_vspec.patches.registry import MARK, Patch, PatchError
-from vllm_hust_vspec.patches.spec import PROCESS_ENGINE, PROCESSES, PatchSpec, Symbol
+from vllm_hust_vspec.patchspec import PROCESS_ENGINE, PROCESSES, PatchSpec, Symbol
 
 pytestmark = pytest.mark.unit
 

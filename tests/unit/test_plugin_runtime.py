@@ -15,7 +15,7 @@ from vllm_hust_vspec.adaptive.simulate import read_trace, run_fixed
 from vllm_hust_vspec.host.detect import process_label, process_roles
 from vllm_hust_vspec.runtime.controller_factory import controller_config, is_fixed_at
 from vllm_hust_vspec.runtime.decision_trace import DecisionTrace, trace_path
-from vllm_hust_vspec.runtime.recorder import TraceRecorder, accept_lengths, fit_cost
+from vllm_hust_vspec.runtime.sim_trace import SimTraceRecorder, accept_lengths, fit_cost
 from vllm_hust_vspec.runtime.specconfig import prepare_speculative_config
 from vllm_hust_vspec.settings import Settings, SettingsError
 
@@ -27,7 +27,7 @@ def test_runtime_modules_import_without_vllm():
     other tests of the same session may have imported vLLM already)."""
     code = ("import sys\n"
             "import vllm_hust_vspec.runtime.controller_factory, vllm_hust_vspec.runtime.decision_trace\n"
-            "import vllm_hust_vspec.runtime.recorder, vllm_hust_vspec.runtime.specconfig\n"
+            "import vllm_hust_vspec.runtime.sim_trace, vllm_hust_vspec.runtime.specconfig\n"
             "assert 'vllm' not in sys.modules and 'torch' not in sys.modules\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
@@ -87,7 +87,7 @@ def test_settings_map_to_controller_config():
     assert is_fixed_at(controller_config(Settings({"adaptive_speculation": False}), 5), 5)
     sched = controller_config(Settings({"adaptive_policy": "schedule"}), 4,
                               host_table=[(1, 4, 4), (5, 32, 2)])
-    assert sched.schedule == "1-4:4,5-32:2"
+    assert sched.schedule == ((1, 4, 4), (5, 32, 2))  # the host's table, as data
     with pytest.raises(SettingsError, match="needs adaptive_schedule"):
         controller_config(Settings({"adaptive_policy": "schedule"}), 4)
 
@@ -119,7 +119,7 @@ def test_fit_cost_recovers_the_model():
 
 def test_recorder_file_replays_at_fixed_kmax(tmp_path):
     path = tmp_path / "rec.jsonl"
-    rec = TraceRecorder(str(path), kmax=3, max_num_seqs=4, draft_min_steps=1)
+    rec = SimTraceRecorder(str(path), kmax=3, max_num_seqs=4, draft_min_steps=1)
     events = {"a": [(0, 0), (1, 3), (5, 1), (7, 2)], "b": [(0, 0), (1, 0), (2, 2)]}
     lengths = {"a": 10, "b": 4}
     for rid, evs in events.items():
@@ -154,7 +154,7 @@ def _replay(trace, k, sink):
 
 def test_fixed_replay_helper_agrees(tmp_path):
     path = tmp_path / "rec.jsonl"
-    rec = TraceRecorder(str(path), kmax=2, max_num_seqs=2, draft_min_steps=0)
+    rec = SimTraceRecorder(str(path), kmax=2, max_num_seqs=2, draft_min_steps=0)
     rec.on_step("x", 1.0, 0, 0)
     rec.on_step("x", 1.0, 1, 2)
     rec.step_sample(1, 2, 3, 5.0)

@@ -184,7 +184,7 @@ def test_controller_drive_passes_confidences_and_results():
     assert view0.req_ids == ("a", "b") and view0.context_lens == (0, 0)
     assert np.allclose(view0.confidences, [[0.9, 0.8], [0.1, 0.2]])
     res0 = _Recorder.log[1][1]
-    assert (res0.step, res0.batch_size, res0.k, res0.wall_ms, res0.num_draft_steps) == (0, 2, 2, 15.0, 2)
+    assert (res0.step, res0.batch_size, res0.k_verified, res0.wall_ms, res0.num_draft_steps) == (0, 2, 2, 15.0, 2)
     # the engine's form: per-request arrays, no RequestResult objects
     assert res0.results == ()
     assert res0.drafted.tolist() == [2, 0] and res0.accepted.tolist() == [1, 0]

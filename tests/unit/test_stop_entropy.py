@@ -10,10 +10,10 @@ import pytest
 
 from vllm_hust_vspec import settings
 from vllm_hust_vspec.adaptive import BatchView, Controller, ControllerConfig, Decision
-from vllm_hust_vspec.adaptive.observations import ENTROPY_TOPK
 from vllm_hust_vspec.adaptive.policies import register_policy
 from vllm_hust_vspec.adaptive.policies.base import Policy
-from vllm_hust_vspec.adaptive.policies.stop import MAX_ENTROPY, STOP_MODES, StopRule
+from vllm_hust_vspec.adaptive.policies.stop import StopRule
+from vllm_hust_vspec.names import ENTROPY_TOPK, MAX_ENTROPY, STOP_MODES
 
 pytestmark = pytest.mark.unit
 
@@ -132,7 +132,7 @@ def test_bad_entropies_and_thresholds():
 
 def test_settings_option_and_controller_flags():
     assert ENTROPY_TOPK == 8 and MAX_ENTROPY == pytest.approx(math.log(8))
-    assert "entropy" in STOP_MODES and settings.STOP_MODES == STOP_MODES
+    assert "entropy" in STOP_MODES and settings.option("adaptive_stop").choices == STOP_MODES
     opt = settings.option("adaptive_stop_entropy")
     assert (opt.default, opt.minimum, opt.maximum) == (1.0, 0.0, MAX_ENTROPY)
     assert opt.env == "HUST_VSPEC_ADAPTIVE_STOP_ENTROPY"

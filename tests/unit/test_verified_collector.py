@@ -142,11 +142,11 @@ def test_controller_learns_the_same_from_the_arrays_as_from_request_results():
         c.add(rid, d, a)
     step = c.take()
     fast, slow = (Controller(ControllerConfig(kmax=4, stop="survival")) for _ in range(2))
-    fast.observe(StepResult(step=1, batch_size=3, k=4, results=(), wall_ms=None,
+    fast.observe(StepResult(step=1, batch_size=3, k_verified=4, results=(), wall_ms=None,
                             drafted=step.drafted, accepted=step.accepted,
                             confidences=step.confidences))
     rows = {rid: i for i, rid in enumerate(IDS)}
-    slow.observe(StepResult(step=1, batch_size=3, k=4, wall_ms=None, results=tuple(
+    slow.observe(StepResult(step=1, batch_size=3, k_verified=4, wall_ms=None, results=tuple(
         RequestResult(rid, d, a, confidences=tuple(CONF[rows[rid], :d].tolist()))
         for rid, d, a in counts)))
     assert fast.acceptance.estimate() == pytest.approx(slow.acceptance.estimate())

@@ -9,11 +9,11 @@ Usage (the plugin; the simulator does the same)::
     ctl = Controller(ControllerConfig(kmax=4, policy="online"))
     d = ctl.decide(BatchView(step=s, req_ids=ids))      # K for the next draft
     ...
-    ctl.observe(StepResult(step=s, batch_size=B, k=K, results=..., wall_ms=ms))
+    ctl.observe(StepResult(step=s, batch_size=B, k_verified=K, results=..., wall_ms=ms))
 
-Knobs (``ControllerConfig``; the defaults equal the ``controller`` group of ``settings.py``;
-this module does not import it -- use :meth:`ControllerConfig.from_settings` with a plain
-mapping of option names):
+Knobs (``ControllerConfig``; each knob's default and range are those of its option in the
+``controller`` group of ``settings.py``, read from the schema; build one from settings with
+:meth:`ControllerConfig.from_settings` and a plain mapping of option names):
 
 * ``min_gamma``/``kmax``: the K range (min 0 allowed); ``control_interval``: steps between
   decisions (the previous decision is repeated in between, its K_i re-mapped to the batch);
@@ -38,9 +38,11 @@ import dataclasses
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
+
+from .. import settings as schema
 
 from .estimators import (
     AcceptanceEstimator,
@@ -49,33 +51,41 @@ from .estimators import (
     position_counts,
     position_counts_arrays,
 )
-from .observations import ENTROPY_TOPK, BatchView, Decision, StepResult
+from ..names import ENTROPY_TOPK, MAX_ENTROPY, STOP_MODES
+from .observations import BatchView, Decision, StepResult
 from .policies.base import PolicyContext
 from .policies.registry import make_policy
-from .policies.stop import MAX_ENTROPY, STOP_MODES, StopRule
+from .policies.stop import StopRule
 from .trace import decision_record, header_record, result_record
+
+
+def _opt(name: str) -> Any:
+    """A field backed by the settings option ``name``: its default IS the option's default
+    in the schema (:data:`vllm_hust_vspec.settings.OPTIONS`), the one source of truth."""
+    return field(default=schema.option(name).default, metadata={"option": name})
 
 
 @dataclass
 class ControllerConfig:
     kmax: int
-    policy: str = "online"  # NAME or NAME:ARG ("fixed:3", "schedule:1-4:4,5-32:2", ...)
-    min_gamma: int = 0
-    control_interval: int = 1
-    hysteresis: float = 0.01
-    max_gamma_step: int = 8
-    ewma_weight: float = 0.03
-    exploration: float = 0.01
-    warmup_samples: int = 2
-    window: int = 256
-    stop: str = "off"
-    stop_threshold: float = 0.1
-    stop_entropy: float = 1.0  # nats, the entropy stop's threshold (see .policies.stop)
+    policy: str = _opt("adaptive_policy")  # NAME or NAME:ARG ("fixed:3", "schedule:1-4:4", ...)
+    min_gamma: int = _opt("adaptive_min_gamma")
+    control_interval: int = _opt("adaptive_control_interval")
+    hysteresis: float = _opt("adaptive_hysteresis")
+    max_gamma_step: int = _opt("adaptive_max_gamma_step")
+    ewma_weight: float = _opt("adaptive_ewma_weight")
+    exploration: float = _opt("adaptive_online_exploration")
+    warmup_samples: int = _opt("adaptive_online_warmup_samples")
+    window: int = _opt("adaptive_online_window")
+    stop: str = _opt("adaptive_stop")
+    stop_threshold: float = _opt("adaptive_stop_threshold")
+    stop_entropy: float = _opt("adaptive_stop_entropy")  # nats (see .policies.stop)
     seed: int = 0
-    fixed_gamma: int | None = None
-    schedule: str | None = None
-    sweep: tuple[int, ...] | None = None
-    profile: str | None = None  # latency profile path (profile policy)
+    fixed_gamma: int | None = _opt("adaptive_fixed_gamma")
+    # the schedule policy's table: text ('1-4:4,5-32:2') or the host's (lo, hi, K) rows
+    schedule: str | tuple[tuple[int, int, int], ...] | None = _opt("adaptive_schedule")
+    sweep: tuple[int, ...] | None = _opt("adaptive_sweep")
+    profile: str | None = _opt("adaptive_profile")  # latency profile path (profile policy)
     cost_table: str | None = None  # cost table path (budget policy)
     start_gamma: int | None = None  # online: the K held before warm-up ends (default kmax)
     trace: bool = False  # keep decision-trace records (drain_records)
@@ -83,25 +93,8 @@ class ControllerConfig:
     # (AcceptanceEstimator / StepCostModel keyword arguments)
     extra: dict[str, Any] = field(default_factory=dict)
 
-    # settings.py option name -> field
-    SETTINGS_MAP = {
-        "adaptive_policy": "policy",
-        "adaptive_fixed_gamma": "fixed_gamma",
-        "adaptive_schedule": "schedule",
-        "adaptive_sweep": "sweep",
-        "adaptive_profile": "profile",
-        "adaptive_min_gamma": "min_gamma",
-        "adaptive_control_interval": "control_interval",
-        "adaptive_hysteresis": "hysteresis",
-        "adaptive_max_gamma_step": "max_gamma_step",
-        "adaptive_ewma_weight": "ewma_weight",
-        "adaptive_online_exploration": "exploration",
-        "adaptive_online_warmup_samples": "warmup_samples",
-        "adaptive_online_window": "window",
-        "adaptive_stop": "stop",
-        "adaptive_stop_threshold": "stop_threshold",
-        "adaptive_stop_entropy": "stop_entropy",
-    }
+    # settings.py option name -> field (from the fields' metadata, set below the class)
+    SETTINGS_MAP: ClassVar[dict[str, str]]
 
     @classmethod
     def from_settings(cls, settings: Mapping[str, Any], kmax: int, **overrides: Any):
@@ -116,7 +109,8 @@ class ControllerConfig:
         return cls(kmax=kmax, **kw)
 
     def validate(self) -> None:
-        """One clear ValueError naming the field for a bad value."""
+        """One clear ValueError naming the field for a bad value.  The ranges are the
+        options' ranges in the settings schema."""
         def bad(name: str, why: str) -> ValueError:
             return ValueError(f"controller config: {name}={getattr(self, name)!r} {why}")
 
@@ -124,33 +118,42 @@ class ControllerConfig:
             raise bad("kmax", "must be an integer >= 0")
         if not isinstance(self.min_gamma, int) or not 0 <= self.min_gamma <= self.kmax:
             raise bad("min_gamma", f"must be in [0, kmax={self.kmax}]")
-        if self.control_interval < 1:
-            raise bad("control_interval", "must be >= 1")
-        if not 0.0 <= self.hysteresis <= 1.0:
-            raise bad("hysteresis", "must be in [0, 1]")
-        if self.max_gamma_step < 1:
-            raise bad("max_gamma_step", "must be >= 1")
-        if not 0.0 < self.ewma_weight <= 1.0:
-            raise bad("ewma_weight", "must be in (0, 1]")
-        if not 0.0 <= self.exploration <= 1.0:
-            raise bad("exploration", "must be in [0, 1]")
-        if self.warmup_samples < 1:
-            raise bad("warmup_samples", "must be >= 1")
-        if self.window < 8:
-            raise bad("window", "must be >= 8")
+        for f in _RANGED_FIELDS:
+            opt = schema.option(f.metadata["option"])
+            value = getattr(self, f.name)
+            if value is None:
+                continue
+            if (opt.minimum is not None and value < opt.minimum) or (
+                opt.maximum is not None and value > opt.maximum
+            ):
+                hint = ""
+                if f.name == "stop_entropy":
+                    hint = (f" nats (ln {ENTROPY_TOPK} = {MAX_ENTROPY:g} is the most a "
+                            f"top-{ENTROPY_TOPK} entropy can be)")
+                if opt.maximum is None:
+                    raise bad(f.name, f"must be >= {opt.minimum:g}")
+                raise bad(f.name, f"must be in {opt.range_label()}{hint}")
         if self.stop not in STOP_MODES:
             raise bad("stop", f"must be one of {', '.join(STOP_MODES)}")
-        if not 0.0 <= self.stop_threshold <= 1.0:
-            raise bad("stop_threshold", "must be in [0, 1]")
-        if not 0.0 <= self.stop_entropy <= MAX_ENTROPY:
-            raise bad("stop_entropy", f"must be in [0, {MAX_ENTROPY:g}] nats (ln {ENTROPY_TOPK} is the most "
-                      f"a top-{ENTROPY_TOPK} entropy can be)")
 
     def as_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
         if out.get("sweep") is not None:
             out["sweep"] = list(out["sweep"])
+        if isinstance(out.get("schedule"), tuple):
+            out["schedule"] = [list(e) for e in out["schedule"]]
         return out
+
+
+ControllerConfig.SETTINGS_MAP = {
+    f.metadata["option"]: f.name for f in dataclasses.fields(ControllerConfig) if "option" in f.metadata
+}
+# numeric fields checked against their option's [minimum, maximum] (min_gamma also needs kmax)
+_RANGED_FIELDS = tuple(
+    f for f in dataclasses.fields(ControllerConfig)
+    if "option" in f.metadata and f.name not in ("min_gamma", "fixed_gamma", "sweep")
+    and schema.option(f.metadata["option"]).type in ("int", "float")
+)
 
 
 class Controller:
@@ -205,6 +208,7 @@ class Controller:
         self._trace = config.trace
         self._last: Decision | None = None
         self._records: list[dict[str, Any]] = []
+        self._draft_min_known = False  # set_draft_min_steps, or learnt from a K = 0 step
         # stats
         self.k_hist = [0] * (kmax + 1)
         self.decisions = 0
@@ -227,6 +231,28 @@ class Controller:
         """True when the stop rule reads the drafts' top-k entropies (``stop="entropy"``):
         the engine fills ``BatchView.entropies`` only then."""
         return self.stop is not None and self.stop.mode == "entropy"
+
+    # ------------------------------------------------------------------ host facts
+    def set_draft_min_steps(self, passes: int) -> None:
+        """The drafter's forward passes in a step that drafts K = 0 (a fact of the host's
+        method, ``methods.draft_forwards(method, 0)``); without it the controller learns it
+        from the first timed step that drafted K = 0."""
+        self.cost.draft_min_steps = int(passes)
+        self._draft_min_known = True
+
+    @property
+    def needs_cost_table(self) -> bool:
+        """True when the policy prices steps from a cost table it does not have yet (the
+        ``budget`` policy without ``budget:PATH``): the start-up cost table goes in."""
+        return (getattr(self.policy, "name", None) == "budget"
+                and getattr(self.policy, "table", None) is None)
+
+    def use_cost_table(self, table: Any) -> None:
+        """Give the policy its one immutable cost table, before the first step."""
+        if self.decisions or self.steps:
+            raise RuntimeError("vllm-hust-vspec: a cost table is installed only before the first step")
+        self.policy.table = table
+        self.config.cost_table = table.source
 
     # ------------------------------------------------------------------ observe
     def observe(self, result: StepResult) -> None:
@@ -258,11 +284,15 @@ class Controller:
         b = result.batch_size
         ms = result.wall_ms
         if ms is not None and b > 0:
+            # the drafter passes of THIS step: they drafted k_drafted (the verified drafts
+            # were made by the step before, at k_verified)
+            k_drafted = result.drafted_k
             d = result.num_draft_steps
             if d is None:
-                d = result.k
-            elif result.k == 0:
+                d = k_drafted
+            elif k_drafted == 0 and not self._draft_min_known:
                 self.cost.draft_min_steps = d
+                self._draft_min_known = True
             self.cost.add(b, b + dsum, d, ms)
             self.timed_ms += ms
             self.timed_committed += n + asum

@@ -13,7 +13,8 @@ Both are fitted by least squares with non-negative coefficients (:func:`nnls`). 
 dtype/quantisation, parallel and execution settings, host version) and refuses to load
 when malformed or when it does not match the running configuration.
 
-Pure Python + numpy; imports nothing else of ours.
+Pure Python + numpy; imports only the leaf modules :mod:`~vllm_hust_vspec.errors` and
+:mod:`~vllm_hust_vspec.checks` of ours.
 """
 
 from __future__ import annotations
@@ -26,6 +27,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
+from vllm_hust_vspec import checks
+from vllm_hust_vspec.errors import VspecError
 
 TABLE_FORMAT = "vspec-cost-table"
 TABLE_VERSION = 1
@@ -45,13 +49,16 @@ _TOP_LEVEL_KEYS = {
 }
 
 
-class CostTableError(ValueError):
-    """A cost table is malformed or does not fit the running configuration."""
+class CostTableError(VspecError, ValueError):
+    """A cost table is malformed or does not fit the running configuration:
+    ``CostTableError(source, field, message)`` reads
+    ``"cost table <source>: field '<field>': <message>"``."""
 
-    def __init__(self, field_name: str, message: str, source: str | None = None) -> None:
-        self.field = field_name
-        where = f"cost table {source}: " if source else "cost table: "
-        super().__init__(f"{where}field '{field_name}': {message}")
+    def render(self) -> str:
+        if self.field is None:
+            return self.message
+        where = f"cost table {self.source}: " if self.source else "cost table: "
+        return f"{where}field '{self.field}': {self.message}"
 
 
 # --------------------------------------------------------------------------- NNLS
@@ -303,6 +310,21 @@ class CostTable:
         """:meth:`step_ms` for many row counts at once; ``inf`` outside the calibrated buckets."""
         return self.model.step_ms_many(batch, np.asarray(target_rows))
 
+    def predict(self, batch: int, verify_tokens: int, draft_passes: int) -> float | None:
+        """The step-cost protocol (:class:`~.stepcost.StepCost`): :meth:`step_ms`, None outside
+        the calibrated buckets.  A full-step cost: the drafter passes do not change it (the
+        table is measured with the drafter at its full ``draft_width``)."""
+        if not self.model.covers(batch, verify_tokens):
+            return None
+        return self.model.step_ms(batch, verify_tokens)
+
+    def predict_grid(self, batch: int, verify_tokens: np.ndarray, draft_passes: np.ndarray) -> np.ndarray:
+        """:meth:`predict` for arrays of candidates (:meth:`step_ms_many`; ``inf`` outside the
+        calibrated buckets)."""
+        ms = self.step_ms_many(batch, verify_tokens)
+        shape = np.broadcast_shapes(ms.shape, np.shape(draft_passes))
+        return ms if ms.shape == shape else np.broadcast_to(ms, shape)
+
     def check_compatible(self, running: Mapping[str, Any]) -> None:
         """Raise :class:`CostTableError` naming the first field that differs from ``running``.
 
@@ -318,7 +340,7 @@ class CostTable:
         for key in ("draft_width", "model_id", "dtype", "quantization"):
             if key in running and running[key] != getattr(self, key):
                 raise CostTableError(
-                    key, f"table has {getattr(self, key)!r} but the running configuration has {running[key]!r}", self.source
+                    self.source, key, f"table has {getattr(self, key)!r} but the running configuration has {running[key]!r}"
                 )
         for key in ("parallel", "execution"):
             if key not in running:
@@ -326,17 +348,17 @@ class CostTable:
             mine = getattr(self, key)
             for sub, value in sorted(dict(running[key]).items()):
                 if sub not in mine:
-                    raise CostTableError(f"{key}.{sub}", f"not recorded in the table (running: {value!r})", self.source)
+                    raise CostTableError(self.source, f"{key}.{sub}", f"not recorded in the table (running: {value!r})")
                 if mine[sub] != value:
                     raise CostTableError(
-                        f"{key}.{sub}", f"table has {mine[sub]!r} but the running configuration has {value!r}", self.source
+                        self.source, f"{key}.{sub}", f"table has {mine[sub]!r} but the running configuration has {value!r}"
                     )
         if "host_version" in running:
             if _major_minor(self.host_version) != _major_minor(running["host_version"]):
                 raise CostTableError(
+                    self.source,
                     "host_version",
                     f"table measured on {self.host_version!r}, running {running['host_version']!r} (major.minor must match)",
-                    self.source,
                 )
 
     # ---- JSON
@@ -376,71 +398,32 @@ class CostTable:
         try:
             doc = json.loads(pathlib.Path(path).read_text())
         except OSError as exc:
-            raise CostTableError("<file>", f"cannot read: {exc.strerror}", source) from None
+            raise CostTableError(source, "<file>", f"cannot read: {exc.strerror}") from None
         except json.JSONDecodeError as exc:
-            raise CostTableError("<json>", f"invalid JSON at line {exc.lineno}: {exc.msg}", source) from None
+            raise CostTableError(source, "<json>", f"invalid JSON at line {exc.lineno}: {exc.msg}") from None
         return cls.from_dict(doc, source=source)
 
     @classmethod
     def from_dict(cls, doc: Any, source: str | None = None) -> CostTable:
-        if not isinstance(doc, dict):
-            raise CostTableError("<root>", "must be a JSON object", source)
-        unknown = sorted(set(doc) - _TOP_LEVEL_KEYS)
-        if unknown:
-            raise CostTableError(unknown[0], f"unknown field (known: {sorted(_TOP_LEVEL_KEYS)})", source)
-        if "format" in doc and doc["format"] != TABLE_FORMAT:
-            raise CostTableError("format", f"must be {TABLE_FORMAT!r}, got {doc['format']!r}", source)
-        if "version" in doc and doc["version"] != TABLE_VERSION:
-            raise CostTableError("version", f"unsupported version {doc['version']!r} (this build reads {TABLE_VERSION})", source)
+        _check_header(doc, source)
         cost_model = doc.get("cost_model")
-        if cost_model not in COST_MODELS:
-            raise CostTableError("cost_model", f"must be one of {list(COST_MODELS)}, got {cost_model!r}", source)
         width = doc.get("draft_width", LEGACY_DRAFT_WIDTH)
-        if not _is_int(width) or width < 1:
-            raise CostTableError("draft_width", f"must be a positive integer, got {width!r}", source)
         buckets = doc.get("buckets")
         if not isinstance(buckets, dict) or set(buckets) - {"requests", "target_rows"}:
-            raise CostTableError("buckets", "must be an object with 'requests' and 'target_rows' lists", source)
+            raise CostTableError(source, "buckets", "must be an object with 'requests' and 'target_rows' lists")
         req_b = _int_list(buckets.get("requests", []), "buckets.requests", source)
         row_b = _int_list(buckets.get("target_rows", []), "buckets.target_rows", source)
-        for key in ("model_id", "dtype", "host_version"):
-            if key not in doc:
-                raise CostTableError(key, "missing (the table must record what it was measured on)", source)
-            if doc[key] is not None and not isinstance(doc[key], str):
-                raise CostTableError(key, f"must be a string or null, got {doc[key]!r}", source)
-        quant = doc.get("quantization")
-        if quant is not None and not isinstance(quant, str):
-            raise CostTableError("quantization", f"must be a string or null, got {quant!r}", source)
-        for key in ("parallel", "execution"):
-            if key not in doc or not isinstance(doc[key], dict):
-                raise CostTableError(key, "missing or not an object", source)
+        _check_metadata(doc, source)
         model: AdditiveModel | SpsModel
         if cost_model == "additive":
-            if "sps" in doc:
-                raise CostTableError("sps", "present in an additive table", source)
-            add = doc.get("additive")
-            if not isinstance(add, dict) or set(add) != {"bias_s", "alpha_s", "theta_s"}:
-                raise CostTableError("additive", "must be an object with exactly bias_s, alpha_s, theta_s", source)
-            bias = _nonneg(add["bias_s"], "additive.bias_s", source)
-            alpha = _bucket_map(add["alpha_s"], "additive.alpha_s", source, positive=False)
-            theta = _bucket_map(add["theta_s"], "additive.theta_s", source, positive=False)
-            if req_b and sorted(alpha) != req_b:
-                raise CostTableError("additive.alpha_s", f"keys {sorted(alpha)} differ from buckets.requests {req_b}", source)
-            if row_b and sorted(theta) != row_b:
-                raise CostTableError("additive.theta_s", f"keys {sorted(theta)} differ from buckets.target_rows {row_b}", source)
-            model = AdditiveModel(bias, alpha, theta)
-            req_b, row_b = sorted(alpha), sorted(theta)
+            model = _additive_from_dict(doc, req_b, row_b, source)
+            req_b, row_b = list(model.requests), list(model.target_rows)
         else:
-            if "additive" in doc:
-                raise CostTableError("additive", "present in an sps table", source)
-            sps = _bucket_map(doc.get("sps"), "sps", source, positive=True)
-            if row_b and sorted(sps) != row_b:
-                raise CostTableError("sps", f"keys {sorted(sps)} differ from buckets.target_rows {row_b}", source)
-            model = SpsModel(sps)
-            row_b = sorted(sps)
+            model = _sps_from_dict(doc, row_b, source)
+            row_b = list(model.target_rows)
         calibration = doc.get("calibration")
-        if calibration is not None and not isinstance(calibration, dict):
-            raise CostTableError("calibration", "must be an object", source)
+        if calibration is not None:
+            checks.mapping(calibration, source, "calibration", error=CostTableError)
         return cls(
             cost_model=cost_model,
             model=model,
@@ -449,7 +432,7 @@ class CostTable:
             target_rows=tuple(row_b),
             model_id=doc["model_id"],
             dtype=doc["dtype"],
-            quantization=quant,
+            quantization=doc.get("quantization"),
             parallel=dict(doc["parallel"]),
             execution=dict(doc["execution"]),
             host_version=doc["host_version"],
@@ -491,35 +474,78 @@ def _major_minor(version: str | None) -> tuple[str, ...] | None:
     return tuple(str(version).split("+")[0].split(".")[:2])
 
 
-def _is_int(x: Any) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
+def _check_header(doc: Any, source: str | None) -> None:
+    """Root object, known keys, format, version, cost model and draft width."""
+    checks.mapping(doc, source, "<root>", what="a JSON object", error=CostTableError)
+    unknown = sorted(set(doc) - _TOP_LEVEL_KEYS)
+    if unknown:
+        raise CostTableError(source, unknown[0], f"unknown field (known: {sorted(_TOP_LEVEL_KEYS)})")
+    if "format" in doc and doc["format"] != TABLE_FORMAT:
+        raise CostTableError(source, "format", f"must be {TABLE_FORMAT!r}, got {doc['format']!r}")
+    if "version" in doc and doc["version"] != TABLE_VERSION:
+        raise CostTableError(source, "version", f"unsupported version {doc['version']!r} (this build reads {TABLE_VERSION})")
+    if doc.get("cost_model") not in COST_MODELS:
+        raise CostTableError(source, "cost_model", f"must be one of {list(COST_MODELS)}, got {doc.get('cost_model')!r}")
+    checks.integer(doc.get("draft_width", LEGACY_DRAFT_WIDTH), source, "draft_width", minimum=1, error=CostTableError)
+
+
+def _check_metadata(doc: Mapping[str, Any], source: str | None) -> None:
+    """What the table was measured on: model, dtype, quantisation, parallel, execution, host."""
+    for key in ("model_id", "dtype", "host_version"):
+        if key not in doc:
+            raise CostTableError(source, key, "missing (the table must record what it was measured on)")
+    for key in ("model_id", "dtype", "host_version", "quantization"):
+        if doc.get(key) is not None and not isinstance(doc[key], str):
+            raise CostTableError(source, key, f"must be a string or null, got {doc[key]!r}")
+    for key in ("parallel", "execution"):
+        if key not in doc or not isinstance(doc[key], dict):
+            raise CostTableError(source, key, "missing or not an object")
+
+
+def _additive_from_dict(doc: Mapping[str, Any], req_b: list[int], row_b: list[int], source: str | None) -> AdditiveModel:
+    if "sps" in doc:
+        raise CostTableError(source, "sps", "present in an additive table")
+    add = doc.get("additive")
+    if not isinstance(add, dict) or set(add) != {"bias_s", "alpha_s", "theta_s"}:
+        raise CostTableError(source, "additive", "must be an object with exactly bias_s, alpha_s, theta_s")
+    bias = _nonneg(add["bias_s"], "additive.bias_s", source)
+    alpha = _bucket_map(add["alpha_s"], "additive.alpha_s", source, positive=False)
+    theta = _bucket_map(add["theta_s"], "additive.theta_s", source, positive=False)
+    if req_b and sorted(alpha) != req_b:
+        raise CostTableError(source, "additive.alpha_s", f"keys {sorted(alpha)} differ from buckets.requests {req_b}")
+    if row_b and sorted(theta) != row_b:
+        raise CostTableError(source, "additive.theta_s", f"keys {sorted(theta)} differ from buckets.target_rows {row_b}")
+    return AdditiveModel(bias, alpha, theta)
+
+
+def _sps_from_dict(doc: Mapping[str, Any], row_b: list[int], source: str | None) -> SpsModel:
+    if "additive" in doc:
+        raise CostTableError(source, "additive", "present in an sps table")
+    sps = _bucket_map(doc.get("sps"), "sps", source, positive=True)
+    if row_b and sorted(sps) != row_b:
+        raise CostTableError(source, "sps", f"keys {sorted(sps)} differ from buckets.target_rows {row_b}")
+    return SpsModel(sps)
 
 
 def _int_list(values: Any, name: str, source: str | None) -> list[int]:
-    if not isinstance(values, list) or not all(_is_int(v) and v >= 1 for v in values):
-        raise CostTableError(name, f"must be a list of positive integers, got {values!r}", source)
-    if values != sorted(set(values)):
-        raise CostTableError(name, f"must be strictly increasing, got {values!r}", source)
-    return list(values)
+    """A bucket list: positive integers, strictly increasing (may be empty: the model's
+    keys are the buckets then)."""
+    return checks.int_list(values, source, name, minimum=1, nonempty=False, error=CostTableError)
 
 
 def _nonneg(value: Any, name: str, source: str | None) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise CostTableError(name, f"must be a finite number, got {value!r}", source)
-    if value < 0:
-        raise CostTableError(name, f"must be >= 0, got {value!r}", source)
-    return float(value)
+    return checks.number(value, source, name, minimum=0, error=CostTableError)
 
 
 def _bucket_map(values: Any, name: str, source: str | None, positive: bool) -> dict[int, float]:
-    if not isinstance(values, dict) or not values:
-        raise CostTableError(name, "must be a non-empty object keyed by bucket size", source)
+    checks.mapping(values, source, name, nonempty=True, what="a non-empty object keyed by bucket size",
+                   error=CostTableError)
     out: dict[int, float] = {}
     for key, value in values.items():
         if not (isinstance(key, str) and key.isdigit() and int(key) >= 1):
-            raise CostTableError(f"{name}.{key}", "bucket keys must be positive integers", source)
+            raise CostTableError(source, f"{name}.{key}", "bucket keys must be positive integers")
         number = _nonneg(value, f"{name}.{key}", source)
         if positive and number <= 0:
-            raise CostTableError(f"{name}.{key}", f"must be > 0, got {value!r}", source)
+            raise CostTableError(source, f"{name}.{key}", f"must be > 0, got {value!r}")
         out[int(key)] = number
     return out

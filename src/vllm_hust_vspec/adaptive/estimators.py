@@ -505,7 +505,8 @@ class StepCostModel:
         return model + (self._ms[i] - model) * (w / (w + self.cell_prior))
 
     def predict(self, batch: int, verify_tokens: int, draft_steps: int) -> float | None:
-        """Predicted ms of one step (None until :attr:`ready`)."""
+        """Predicted ms of one step (None until :attr:`ready`); the step-cost protocol
+        (:class:`~.stepcost.StepCost`), ``draft_steps`` its drafter passes."""
         self._maybe_fit()
         if not self.fitted:
             return None
@@ -517,6 +518,29 @@ class StepCostModel:
             + cd * draft_steps * (batch if batch > b0 else b0)
         )
         return self._corrected(batch, verify_tokens, draft_steps, model)
+
+    def predict_grid(
+        self, batch: int, verify_tokens: np.ndarray | Sequence[int], draft_passes: np.ndarray | Sequence[int]
+    ) -> np.ndarray | None:
+        """:meth:`predict` for arrays of candidates (broadcast together): the roofline alone,
+        without the per-cell corrections (None until :attr:`ready`).  Two lists of equal
+        length are priced in a Python loop (faster than numpy for a handful of candidates,
+        the same numbers)."""
+        if not self.ensure_fitted():
+            return None
+        c0, ct, cd = self.coef
+        t0, b0 = self.knees
+        bb = batch if batch > b0 else b0
+        # ct * max(T, T0) + (c0 + cd * D * max(B, B0))
+        if isinstance(verify_tokens, list) and isinstance(draft_passes, list):
+            return np.array([ct * (t if t > t0 else t0) + (c0 + cd * d * bb)
+                             for t, d in zip(verify_tokens, draft_passes)])
+        draft = np.multiply(draft_passes, cd)
+        draft *= bb
+        draft += c0
+        ms = np.maximum(verify_tokens, t0)
+        ms *= ct
+        return ms + draft
 
     def predict_uniform(self, batch: int, ks: Sequence[int]) -> list[float] | None:
         """Predicted ms for a batch of ``batch`` requests all drafting K, for each K in ks."""

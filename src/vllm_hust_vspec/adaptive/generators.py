@@ -159,6 +159,128 @@ def _poisson_arrivals(rng: np.random.Generator, rate: Callable[[float], float], 
             out.append(t)
 
 
+@dataclass(frozen=True)
+class _Layout:
+    """What a kind decides for the whole trace: the batch limit, the requests and the
+    local-difficulty process (AR(1) ``rho`` and ``sigma``; ``conf_noise`` None: no draft
+    confidence)."""
+
+    max_num_seqs: int
+    specs: list[_Req]
+    rho: float = 0.97
+    sigma: float = 0.5
+    conf_noise: float | None = None
+
+
+def _count(n: float, scale: float) -> int:
+    return max(1, int(round(n * scale)))
+
+
+def _stationary(kind: str, rng: np.random.Generator, cost: CostSpec, scale: float) -> _Layout:
+    hi = kind == "stationary-high"
+    max_num_seqs = int(rng.choice([2, 8, 32]))
+    mean_len = 320.0
+    q_mean = 0.85 if hi else 0.45
+    specs = []
+    for a, length in _saturated(rng, cost, max_num_seqs, mean_len, q_mean, _count(8 * max_num_seqs, scale)):
+        q = rng.beta(17, 3) if hi else rng.beta(9, 11)
+        decay = rng.uniform(0.05, 0.2) if hi else rng.uniform(0.1, 0.35)
+        specs.append(_Req(a, length, float(q), float(decay)))
+    return _Layout(max_num_seqs, specs)
+
+
+def _falling(kind: str, rng: np.random.Generator, cost: CostSpec, scale: float) -> _Layout:
+    max_num_seqs = 16
+    specs = []
+    for a, length in _saturated(rng, cost, max_num_seqs, 480.0, 0.7, _count(96, scale)):
+        drop = rng.uniform(2.0, 3.5)
+        specs.append(
+            _Req(a, length, float(rng.beta(18, 3)), float(rng.uniform(0.05, 0.2)),
+                 lambda t, d=drop, L=length: -d * t / max(L - 1, 1))
+        )
+    return _Layout(max_num_seqs, specs)
+
+
+def _hetero(kind: str, rng: np.random.Generator, cost: CostSpec, scale: float) -> _Layout:
+    max_num_seqs = 48
+    specs = []
+    for a, length in _saturated(rng, cost, max_num_seqs, 256.0, 0.6, _count(480, scale)):
+        easy = rng.random() < 0.5
+        q = rng.beta(19, 2) if easy else rng.beta(2, 6)
+        decay = rng.uniform(0.02, 0.15) if easy else rng.uniform(0.2, 0.5)
+        specs.append(_Req(a, length, float(q), float(decay)))
+    return _Layout(max_num_seqs, specs, conf_noise=0.6)
+
+
+def _phase(kind: str, rng: np.random.Generator, cost: CostSpec, scale: float) -> _Layout:
+    max_num_seqs = 16
+    mean_len = 1200.0
+    q_mean = 0.67
+    n = _count(40, scale)
+    rate = 0.85 * _capacity_rps(cost, max_num_seqs, mean_len, q_mean)
+    arrivals = np.concatenate(([0.0], np.cumsum(rng.exponential(1.0 / rate, n - 1))))
+    lens = _lengths(rng, n, mean_len)
+    # regimes follow wall-clock time: a token's time is estimated from its request's
+    # arrival and a nominal per-token time at a near-full batch
+    tok_s = cost.step_ms(max_num_seqs, 2, 3 * max_num_seqs) / 1000.0 / (1.0 + q_mean + q_mean**2)
+    horizon = float(arrivals[-1] + lens.max() * tok_s) + 1.0
+    edges = np.cumsum(rng.uniform(5.0, 10.0, size=int(horizon / 5.0) + 2))
+    first_high = bool(rng.random() < 0.5)
+    amp = float(rng.uniform(1.2, 2.0))
+    specs = []
+    for i in range(n):
+
+        def regime(t: np.ndarray, a0: float = float(arrivals[i])) -> np.ndarray:
+            block = np.searchsorted(edges, a0 + t * tok_s, side="right")
+            return np.where((block % 2 == 0) == first_high, amp, -amp)
+
+        specs.append(
+            _Req(float(arrivals[i]), int(lens[i]), float(rng.beta(6, 3)), float(rng.uniform(0.05, 0.25)), regime)
+        )
+    return _Layout(max_num_seqs, specs)
+
+
+def _ramp(kind: str, rng: np.random.Generator, cost: CostSpec, scale: float) -> _Layout:
+    max_num_seqs = 32
+    mean_len = 256.0
+    q = 0.75
+    peak = 1.4 * _capacity_rps(cost, max_num_seqs, mean_len, q)
+    duration = 24.0 * scale
+
+    def rate(t: float) -> float:
+        return peak * (1.0 - abs(2.0 * t / duration - 1.0))
+
+    arrivals = _poisson_arrivals(rng, rate, peak, duration) or [0.0]
+    lens = _lengths(rng, len(arrivals), mean_len)
+    specs = [_Req(a, int(lens[i]), float(rng.beta(9, 3)), float(rng.uniform(0.05, 0.3)))
+             for i, a in enumerate(arrivals)]
+    return _Layout(max_num_seqs, specs)
+
+
+def _noisy(kind: str, rng: np.random.Generator, cost: CostSpec, scale: float) -> _Layout:
+    max_num_seqs = 32
+    mean_len = 256.0
+    lam = 0.6 * _capacity_rps(cost, max_num_seqs, mean_len, 0.65)
+    duration = 14.0 * scale
+    arrivals = _poisson_arrivals(rng, lambda _t: lam, lam, duration) or [0.0]
+    lens = _lengths(rng, len(arrivals), mean_len)
+    specs = [_Req(a, int(lens[i]), float(rng.beta(6, 3)), float(rng.uniform(0.05, 0.3)))
+             for i, a in enumerate(arrivals)]
+    return _Layout(max_num_seqs, specs, rho=0.8, sigma=1.2)
+
+
+# kind -> its layout (each draws from the trace's generator, after the cost, in this order)
+_LAYOUTS: dict[str, Callable[[str, np.random.Generator, CostSpec, float], _Layout]] = {
+    "stationary-high": _stationary,
+    "stationary-low": _stationary,
+    "falling": _falling,
+    "hetero": _hetero,
+    "phase": _phase,
+    "ramp": _ramp,
+    "noisy": _noisy,
+}
+
+
 def generate(kind: str, seed: int = 0, scale: float = 1.0) -> Trace:
     """Generate a trace of ``kind`` (see :data:`KINDS`); ``scale`` multiplies its size."""
     if kind not in KINDS:
@@ -169,90 +291,11 @@ def generate(kind: str, seed: int = 0, scale: float = 1.0) -> Trace:
     kmax = KMAX
     noise = 0.3 if kind == "noisy" else 0.05
     cost = _cost(rng, noise)
-    rho, sigma, conf_noise = 0.97, 0.5, None
-    max_num_seqs = 32
-    specs: list[_Req] = []
-
-    def count(n: float) -> int:
-        return max(1, int(round(n * scale)))
-
-    if kind in ("stationary-high", "stationary-low"):
-        hi = kind == "stationary-high"
-        max_num_seqs = int(rng.choice([2, 8, 32]))
-        mean_len = 320.0
-        q_mean = 0.85 if hi else 0.45
-        for a, length in _saturated(rng, cost, max_num_seqs, mean_len, q_mean, count(8 * max_num_seqs)):
-            q = rng.beta(17, 3) if hi else rng.beta(9, 11)
-            decay = rng.uniform(0.05, 0.2) if hi else rng.uniform(0.1, 0.35)
-            specs.append(_Req(a, length, float(q), float(decay)))
-    elif kind == "falling":
-        max_num_seqs = 16
-        for a, length in _saturated(rng, cost, max_num_seqs, 480.0, 0.7, count(96)):
-            drop = rng.uniform(2.0, 3.5)
-            specs.append(
-                _Req(a, length, float(rng.beta(18, 3)), float(rng.uniform(0.05, 0.2)),
-                     lambda t, d=drop, L=length: -d * t / max(L - 1, 1))
-            )
-    elif kind == "hetero":
-        max_num_seqs = 48
-        conf_noise = 0.6
-        for a, length in _saturated(rng, cost, max_num_seqs, 256.0, 0.6, count(480)):
-            easy = rng.random() < 0.5
-            q = rng.beta(19, 2) if easy else rng.beta(2, 6)
-            decay = rng.uniform(0.02, 0.15) if easy else rng.uniform(0.2, 0.5)
-            specs.append(_Req(a, length, float(q), float(decay)))
-    elif kind == "phase":
-        max_num_seqs = 16
-        mean_len = 1200.0
-        q_mean = 0.67
-        n = count(40)
-        rate = 0.85 * _capacity_rps(cost, max_num_seqs, mean_len, q_mean)
-        arrivals = np.concatenate(([0.0], np.cumsum(rng.exponential(1.0 / rate, n - 1))))
-        lens = _lengths(rng, n, mean_len)
-        # regimes follow wall-clock time: a token's time is estimated from its request's
-        # arrival and a nominal per-token time at a near-full batch
-        tok_s = cost.step_ms(max_num_seqs, 2, 3 * max_num_seqs) / 1000.0 / (1.0 + q_mean + q_mean**2)
-        horizon = float(arrivals[-1] + lens.max() * tok_s) + 1.0
-        edges = np.cumsum(rng.uniform(5.0, 10.0, size=int(horizon / 5.0) + 2))
-        first_high = bool(rng.random() < 0.5)
-        amp = float(rng.uniform(1.2, 2.0))
-        for i in range(n):
-
-            def regime(t: np.ndarray, a0: float = float(arrivals[i])) -> np.ndarray:
-                block = np.searchsorted(edges, a0 + t * tok_s, side="right")
-                return np.where((block % 2 == 0) == first_high, amp, -amp)
-
-            specs.append(
-                _Req(float(arrivals[i]), int(lens[i]), float(rng.beta(6, 3)), float(rng.uniform(0.05, 0.25)), regime)
-            )
-    elif kind == "ramp":
-        max_num_seqs = 32
-        mean_len = 256.0
-        q = 0.75
-        peak = 1.4 * _capacity_rps(cost, max_num_seqs, mean_len, q)
-        duration = 24.0 * scale
-
-        def rate(t: float) -> float:
-            return peak * (1.0 - abs(2.0 * t / duration - 1.0))
-
-        arrivals = _poisson_arrivals(rng, rate, peak, duration) or [0.0]
-        lens = _lengths(rng, len(arrivals), mean_len)
-        for i, a in enumerate(arrivals):
-            specs.append(_Req(a, int(lens[i]), float(rng.beta(9, 3)), float(rng.uniform(0.05, 0.3))))
-    elif kind == "noisy":
-        max_num_seqs = 32
-        mean_len = 256.0
-        rho, sigma = 0.8, 1.2
-        lam = 0.6 * _capacity_rps(cost, max_num_seqs, mean_len, 0.65)
-        duration = 14.0 * scale
-        arrivals = _poisson_arrivals(rng, lambda _t: lam, lam, duration) or [0.0]
-        lens = _lengths(rng, len(arrivals), mean_len)
-        for i, a in enumerate(arrivals):
-            specs.append(_Req(a, int(lens[i]), float(rng.beta(6, 3)), float(rng.uniform(0.05, 0.3))))
-    requests = _materialise(rng, specs, kmax, rho, sigma, conf_noise)
+    layout = _LAYOUTS[kind](kind, rng, cost, scale)
+    requests = _materialise(rng, layout.specs, kmax, layout.rho, layout.sigma, layout.conf_noise)
     header = TraceHeader(
         kmax=kmax,
-        max_num_seqs=max_num_seqs,
+        max_num_seqs=layout.max_num_seqs,
         cost=cost,
         seed=seed,
         meta={"generator": kind, "generator_seed": seed, "scale": scale},

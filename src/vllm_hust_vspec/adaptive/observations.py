@@ -5,7 +5,8 @@ These frozen dataclasses are the contract between the controller core
 
 Timing semantics.  In the real engine the K decided at step ``s`` is drafted at the end of
 step ``s`` and verified at step ``s + 1``, so a :class:`StepResult` describes the
-verification of an *earlier* decision.  The controller never pairs a result with a decision;
+verification of an *earlier* decision (``k_verified``) and the drafting of its own
+(``k_drafted``, which sets ``num_draft_steps``); the two differ when K changes.  The controller never pairs a result with a decision;
 its estimators learn from what was verified (per-request ``drafted``/``accepted``) and what
 the step cost (``wall_ms`` with the batch size, verified tokens and drafter passes).
 
@@ -26,7 +27,7 @@ Extensions (backward compatible):
     aligned with ``req_ids`` (rows padded with 0.0); this avoids building a dict per step.
   * ``BatchView.entropies``: per-position draft top-k entropies for the ``entropy`` stop, in
     the same two forms as ``confidences``: the entropy in nats of the draft distribution
-    renormalised over its ``ENTROPY_TOPK`` most likely tokens (0 = sure, at most
+    renormalised over its ``names.ENTROPY_TOPK`` most likely tokens (0 = sure, at most
     ``ln(ENTROPY_TOPK)``).
 """
 
@@ -37,9 +38,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-
-# k of the top-k entropies in ``BatchView.entropies`` (what the drafters compute)
-ENTROPY_TOPK = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,11 +65,13 @@ class StepResult:
 
     step: int
     batch_size: int  # running decode requests in the step
-    k: int  # batch draft depth that was verified (max drafted asked)
+    # the batch draft depth of the drafts verified in this step (decided for, and drafted by,
+    # an earlier step; the max drafted asked)
+    k_verified: int
     results: tuple[RequestResult, ...]
     wall_ms: float | None  # step wall time (None if unknown)
-    # drafter forward passes in this step's wall time (vLLM 0.32 runs max(K, 1));
-    # None: assume ``k``
+    # drafter forward passes in this step's wall time, for the K it drafted (vLLM 0.32 runs
+    # max(K, 1) for model drafters); None: assume ``k_drafted``
     num_draft_steps: int | None = None
     # fast path (see the module docstring): aligned 1-D integer arrays of every request's
     # drafted / accepted counts, used instead of ``results`` when given
@@ -83,6 +83,14 @@ class StepResult:
     # with the fast path: the requests' context lengths, 1-D aligned with ``drafted``
     # (the ``profile`` policy's latency model has a context term)
     context_lens: Any = None
+    # the batch draft depth this step drafted (decided for it; verified by the next step);
+    # None: the same as ``k_verified`` (a steady K, as in the simulator)
+    k_drafted: int | None = None
+
+    @property
+    def drafted_k(self) -> int:
+        """The K this step drafted (``k_drafted``, else ``k_verified``)."""
+        return self.k_verified if self.k_drafted is None else self.k_drafted
 
 
 @dataclass(frozen=True, slots=True)

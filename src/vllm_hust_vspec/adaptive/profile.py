@@ -17,19 +17,22 @@ Formats (see ``docs/formats.md``):
 * samples (input of ``vllm-hust-vspec-fit-profile``): ``{"target_samples": [{"context_tokens",
   "batched_tokens", "latency_ms"}, ...], "draft_samples": [...], ...pass-through keys}``.
 
-Pure Python + numpy; imports only :mod:`.costmodel` (for NNLS).
+Pure Python + numpy; imports only :mod:`.costmodel` (for NNLS) and the leaf modules
+:mod:`~vllm_hust_vspec.checks` and :mod:`~vllm_hust_vspec.errors`.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import pathlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
+from vllm_hust_vspec.checks import is_int, is_number
+from vllm_hust_vspec.errors import VspecError
 
 from .costmodel import nnls
 
@@ -55,8 +58,14 @@ _LEGACY_COEFF_NAMES = {
 }
 
 
-class ProfileError(ValueError):
-    """A profile or a samples file is malformed; the message names the file and key."""
+class ProfileError(VspecError, ValueError):
+    """A profile or a samples file is malformed; the message names the file and key:
+    ``ProfileError(source, key, message)`` reads ``"<source>: key '<key>' <message>"``."""
+
+    def render(self) -> str:
+        if self.field is None:
+            return super().render()
+        return f"{self.source}: key '{self.field}' {self.message}"
 
 
 @dataclass(frozen=True)
@@ -112,6 +121,12 @@ class Profile:
             total += steps * (d.alpha * context_tokens + d.gamma * batch + d.delta_ms)
             total += d.alpha * batch * steps * (steps - 1) / 2.0
         return total
+
+    def predict(self, batch: int, verify_tokens: int, draft_passes: int) -> float:
+        """The step-cost protocol (:class:`~.stepcost.StepCost`): :meth:`step_ms` with no
+        context, ``verify_tokens`` batched target tokens and ``draft_passes`` drafter passes
+        (also the K of ``per_gamma_overhead_ms``: a profile's drafter runs K passes)."""
+        return self.step_ms(batch, draft_passes, batched_tokens=verify_tokens, draft_steps=draft_passes)
 
     def preferred_gamma(self, batch: int) -> int | None:
         """The ``batch_gamma_policy`` entry for ``batch`` (smallest key >= batch, else the last)."""
@@ -169,24 +184,24 @@ def profile_from_dict(doc: Any, source: str = "<profile>") -> Profile:
     if unknown:
         raise ProfileError(f"profile {source}: unknown key '{unknown[0]}' (known: {sorted(_PROFILE_KEYS)})")
     if version == SCHEMA_VERSION and doc.get("format") != PROFILE_FORMAT:
-        raise ProfileError(f"profile {source}: key 'format' must be {PROFILE_FORMAT!r} in schema_version 2")
+        raise ProfileError(f"profile {source}", "format", f"must be {PROFILE_FORMAT!r} in schema_version 2")
     if version == LEGACY_SCHEMA_VERSION and "max_speculative_tokens" not in doc:
-        raise ProfileError(f"profile {source}: key 'max_speculative_tokens' is required in schema_version 1")
+        raise ProfileError(f"profile {source}", "max_speculative_tokens", "is required in schema_version 1")
     models = {}
     for comp in COMPONENTS:
         models[comp] = _coefficients(doc.get(comp), comp, source, legacy=version == LEGACY_SCHEMA_VERSION)
     if models["target"].predict(1, 1) <= 0:
-        raise ProfileError(f"profile {source}: key 'target' must give a positive forward latency")
+        raise ProfileError(f"profile {source}", "target", "must give a positive forward latency")
     hints = _pass_through(doc, f"profile {source}")
     fit = doc.get("fit")
     if fit is not None and not isinstance(fit, dict):
-        raise ProfileError(f"profile {source}: key 'fit' must be an object")
+        raise ProfileError(f"profile {source}", "fit", "must be an object")
     return Profile(models["target"], models["draft"], fit=fit, schema_version=int(version), **hints)
 
 
 def _coefficients(obj: Any, comp: str, source: str, legacy: bool) -> LatencyModel:
     if not isinstance(obj, dict):
-        raise ProfileError(f"profile {source}: key '{comp}' must be an object with alpha, gamma, delta_ms")
+        raise ProfileError(f"profile {source}", comp, "must be an object with alpha, gamma, delta_ms")
     names = _LEGACY_COEFF_NAMES if legacy else {k: (k,) for k in _LEGACY_COEFF_NAMES}
     allowed = {n for group in names.values() for n in group}
     unknown = sorted(set(obj) - allowed)
@@ -196,10 +211,10 @@ def _coefficients(obj: Any, comp: str, source: str, legacy: bool) -> LatencyMode
     for canonical, spellings in names.items():
         present = [s for s in spellings if s in obj]
         if len(present) != 1:
-            raise ProfileError(f"profile {source}: key '{comp}.{canonical}' must be given exactly once")
+            raise ProfileError(f"profile {source}", f"{comp}.{canonical}", "must be given exactly once")
         value = obj[present[0]]
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-            raise ProfileError(f"profile {source}: key '{comp}.{present[0]}' must be a finite number >= 0, got {value!r}")
+        if not is_number(value) or value < 0:
+            raise ProfileError(f"profile {source}", f"{comp}.{present[0]}", f"must be a finite number >= 0, got {value!r}")
         values[canonical] = float(value)
     return LatencyModel(**values)
 
@@ -208,44 +223,44 @@ def _pass_through(doc: Mapping[str, Any], where: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     kmax = doc.get("max_speculative_tokens")
     if kmax is not None:
-        if not _is_int(kmax) or kmax < 1:
-            raise ProfileError(f"{where}: key 'max_speculative_tokens' must be a positive integer, got {kmax!r}")
+        if not is_int(kmax) or kmax < 1:
+            raise ProfileError(where, "max_speculative_tokens", f"must be a positive integer, got {kmax!r}")
         out["max_speculative_tokens"] = kmax
     init = doc.get("initial_gamma")
     if init is not None:
-        if not _is_int(init) or init < 0 or (kmax is not None and init > kmax):
-            raise ProfileError(f"{where}: key 'initial_gamma' must be an integer in 0..max_speculative_tokens, got {init!r}")
+        if not is_int(init) or init < 0 or (kmax is not None and init > kmax):
+            raise ProfileError(where, "initial_gamma", f"must be an integer in 0..max_speculative_tokens, got {init!r}")
         out["initial_gamma"] = init
     rate = doc.get("default_acceptance_rate")
     if rate is not None:
         if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 <= rate <= 1:
-            raise ProfileError(f"{where}: key 'default_acceptance_rate' must be in [0, 1], got {rate!r}")
+            raise ProfileError(where, "default_acceptance_rate", f"must be in [0, 1], got {rate!r}")
         out["default_acceptance_rate"] = float(rate)
     par = doc.get("draft_parallel", False)
     if not isinstance(par, bool):
-        raise ProfileError(f"{where}: key 'draft_parallel' must be true or false, got {par!r}")
+        raise ProfileError(where, "draft_parallel", f"must be true or false, got {par!r}")
     out["draft_parallel"] = par
     over = doc.get("per_gamma_overhead_ms")
     if over is not None:
         if not isinstance(over, dict):
-            raise ProfileError(f"{where}: key 'per_gamma_overhead_ms' must be an object gamma -> ms")
+            raise ProfileError(where, "per_gamma_overhead_ms", "must be an object gamma -> ms")
         parsed: dict[int, float] = {}
         for key, value in over.items():
             if not (isinstance(key, str) and key.isdigit()):
-                raise ProfileError(f"{where}: key 'per_gamma_overhead_ms.{key}' must be a non-negative integer gamma")
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-                raise ProfileError(f"{where}: key 'per_gamma_overhead_ms.{key}' must be a number >= 0, got {value!r}")
+                raise ProfileError(where, f"per_gamma_overhead_ms.{key}", "must be a non-negative integer gamma")
+            if not is_number(value) or value < 0:
+                raise ProfileError(where, f"per_gamma_overhead_ms.{key}", f"must be a number >= 0, got {value!r}")
             parsed[int(key)] = float(value)
         out["per_gamma_overhead_ms"] = parsed
     policy = doc.get("batch_gamma_policy")
     if policy is not None:
         if not isinstance(policy, dict):
-            raise ProfileError(f"{where}: key 'batch_gamma_policy' must be an object batch -> gamma")
+            raise ProfileError(where, "batch_gamma_policy", "must be an object batch -> gamma")
         parsed_p: dict[int, int] = {}
         for key, value in policy.items():
             if not (isinstance(key, str) and key.isdigit() and int(key) >= 1):
-                raise ProfileError(f"{where}: key 'batch_gamma_policy.{key}' must be a positive integer batch size")
-            if not _is_int(value) or value < 0 or (kmax is not None and value > kmax):
+                raise ProfileError(where, f"batch_gamma_policy.{key}", "must be a positive integer batch size")
+            if not is_int(value) or value < 0 or (kmax is not None and value > kmax):
                 raise ProfileError(
                     f"{where}: key 'batch_gamma_policy.{key}' = {value!r} must be an integer in 0..max_speculative_tokens"
                 )
@@ -277,7 +292,7 @@ def fit_latency_model(samples: Any, name: str) -> tuple[LatencyModel, dict[str, 
             )
         for key in ("context_tokens", "batched_tokens", "latency_ms"):
             value = sample[key]
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            if not is_number(value):
                 raise ProfileError(f"samples: {name}[{i}].{key} must be a finite number, got {value!r}")
             if value < 0:
                 raise ProfileError(f"samples: {name}[{i}].{key} must be >= 0, got {value!r}")
@@ -308,7 +323,7 @@ def fit_profile(samples_doc: Any, source: str = "<samples>") -> Profile:
     for comp in COMPONENTS:
         key = f"{comp}_samples"
         if key not in samples_doc:
-            raise ProfileError(f"samples {source}: key '{key}' is missing")
+            raise ProfileError(f"samples {source}", key, "is missing")
         try:
             models[comp], fit[comp] = fit_latency_model(samples_doc[key], key)
         except ProfileError as exc:
@@ -354,7 +369,3 @@ def _read_json(path: str | pathlib.Path, what: str) -> Any:
 
 def load_samples(path: str | pathlib.Path) -> Any:
     return _read_json(path, "samples")
-
-
-def _is_int(x: Any) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)

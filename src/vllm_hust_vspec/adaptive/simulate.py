@@ -40,6 +40,8 @@ from typing import Any
 
 import numpy as np
 
+from .. import checks
+from ..errors import VspecError
 from .observations import BatchView, StepResult, ki_array
 
 TRACE_FORMAT = "vspec-trace"
@@ -58,8 +60,14 @@ _HEADER_KEYS = {"format", "version", "kmax", "max_num_seqs", "cost", "seed", "me
 _REQUEST_KEYS = {"id", "arrival_s", "accept_len", "p", "conf"}
 
 
-class TraceError(ValueError):
-    """A malformed trace; the message names the file, line and key."""
+class TraceError(VspecError, ValueError):
+    """A malformed trace; the message names the file, line and key:
+    ``TraceError(where, key, message)`` reads ``"<file>:<line>: key '<key>' <message>"``."""
+
+    def render(self) -> str:
+        if self.field is None:
+            return super().render()
+        return f"{self.source}: key '{self.field}' {self.message}"
 
 
 # --------------------------------------------------------------------------- trace model
@@ -93,6 +101,12 @@ class CostSpec:
             + np.maximum(self.target_mem_ms, self.target_token_ms * batch * (ks + 1))
             + np.maximum(ks, self.draft_min_steps) * max(self.draft_mem_ms, self.draft_token_ms * batch)
         )
+
+    def predict(self, batch: int, verify_tokens: int, draft_passes: int) -> float:
+        """The step-cost protocol (:class:`~.stepcost.StepCost`): the noiseless step time
+        (fewer than ``draft_min_steps`` drafter passes are priced at ``draft_min_steps``: the
+        host runs them anyway)."""
+        return self.step_ms(batch, draft_passes, verify_tokens)
 
     def to_dict(self) -> dict[str, float | int]:
         return {key: getattr(self, key) for key in COST_KEYS}
@@ -199,20 +213,11 @@ def parse_trace(lines: Iterable[str], source: str = "<trace>") -> Trace:
 
 
 def _number(obj: Mapping[str, Any], key: str, where: str, *, minimum: float = 0.0) -> float:
-    value = obj[key]
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise TraceError(f"{where}: key '{key}' must be a finite number, got {value!r}")
-    if value < minimum:
-        raise TraceError(f"{where}: key '{key}' must be >= {minimum:g}, got {value!r}")
-    return float(value)
+    return checks.number(obj[key], where, key, minimum=minimum, error=TraceError)
 
 
 def _integer(obj: Mapping[str, Any], key: str, where: str, lo: int, hi: int | None = None) -> int:
-    value = obj[key]
-    if isinstance(value, bool) or not isinstance(value, int) or value < lo or (hi is not None and value > hi):
-        bound = f"{lo}..{hi}" if hi is not None else f">= {lo}"
-        raise TraceError(f"{where}: key '{key}' must be an integer {bound}, got {value!r}")
-    return value
+    return checks.integer(obj[key], where, key, minimum=lo, maximum=hi, error=TraceError)
 
 
 def _check_keys(obj: Mapping[str, Any], where: str, kind: str, known: set[str],

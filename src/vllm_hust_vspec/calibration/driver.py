@@ -2,9 +2,8 @@
 
 :func:`measure` adds greedy synthetic requests through the engine core's own
 ``add_request`` (ids ``REQUEST_PREFIX`` + serial, a ``CACHE_SALT`` that keeps their KV
-blocks apart from real prefixes), forces the verify width of each point through
-:meth:`EngineRuntime.force_width <vllm_hust_vspec.runtime.engine.EngineRuntime.force_width>`
-(the controller, the decision trace and the recorder see none of these steps), times
+blocks apart from real prefixes), forces the verify width of each point by installing a :class:`~.forced.ForcedWidth` in the
+engine runtime (the controller, the decision trace and the recorder see none of these steps), times
 ``windows_per_point`` windows of ``window_steps`` steps per point, measures a disturbed
 window again, and always purges its requests (abort, flush the workers' request state,
 reset the prefix cache).  :mod:`.runner` decides whether to calibrate and fits, installs
@@ -25,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from vllm_hust_vspec.calibration.fit import Window, subset_problem
+from vllm_hust_vspec.calibration.forced import ForcedWidth
 from vllm_hust_vspec.calibration.grid import CalibrationError, CalibrationGrid, ContextRange
 from vllm_hust_vspec.progress import Progress
 
@@ -121,6 +121,7 @@ class _Driver:
         self.live: list[str] = []  # ids of the calibration requests in the scheduler
         self.all_ids: set[str] = set()
         self.serial = 0
+        self.forced = ForcedWidth(0, runtime.kmax, runtime.varies_k)  # the point's, once run
 
     # ---- requests
 
@@ -170,8 +171,8 @@ class _Driver:
         A window more than ``DISTURBED`` slower than the median of the point's windows was
         slowed by something else (on a shared CPU: other processes); it is measured again,
         at most ``windows_per_point`` times per point."""
-        runtime = self.runtime
-        runtime.force_width(width)
+        self.forced = ForcedWidth(width, self.runtime.kmax, self.runtime.varies_k)
+        self.runtime.override_width(self.forced)
         try:
             self._start(batch, ctx, grid, deadline)
             out: list[Window] = []
@@ -194,12 +195,11 @@ class _Driver:
             return out, again
         finally:
             self._abort()
-            runtime.calibration_steps = []
+            self.forced.steps.clear()
 
     def _window(self, index: int, batch: int, rows: int, width: int, ctx: ContextRange,
                 grid: CalibrationGrid, deadline: float) -> Window | None:
         """One window of ``window_steps`` pure decode steps (None: the time cap ran out)."""
-        runtime = self.runtime
         bad = 0
         while True:
             if time.perf_counter() > deadline:
@@ -209,7 +209,7 @@ class _Driver:
                 # the requests would leave the context range: start a fresh set
                 self._abort()
                 self._start(batch, ctx, grid, deadline)
-            steps = runtime.calibration_steps
+            steps = self.forced.steps
             first = len(steps) - 1  # the window starts when the last output arrived
             calls = 0
             # one output per step when scheduling is synchronous; a batch queue may need more
@@ -238,7 +238,7 @@ class _Driver:
     def _start(self, batch: int, ctx: ContextRange, grid: CalibrationGrid, deadline: float) -> None:
         """Fresh requests, prefilled, then ``warmup_steps`` decode steps at the forced width."""
         self._add(batch, ctx)
-        steps = self.runtime.calibration_steps
+        steps = self.forced.steps
         steps.clear()
         calls = 0
         limit = 64 + 4 * (grid.warmup_steps + ctx.prefill_tokens * batch)
@@ -281,4 +281,4 @@ class _Driver:
             if not core.reset_prefix_cache():
                 raise RuntimeError("vllm-hust-vspec calibration: prefix cache reset failed")
         finally:
-            self.runtime.release_width()
+            self.runtime.override_width(None)

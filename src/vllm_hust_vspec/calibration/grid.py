@@ -20,12 +20,12 @@ Pure Python: no vLLM, no torch (numpy only through the cost table's module).
 from __future__ import annotations
 
 import json
-import math
 import pathlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from vllm_hust_vspec import checks
 from vllm_hust_vspec.adaptive.costmodel import COST_MODELS, CostTable, CostTableError, request_components
 from vllm_hust_vspec.settings import SettingsError
 
@@ -70,16 +70,7 @@ class CalibrationError(SettingsError):
 
     ``CalibrationError(source, field, message)`` reads ``"<source>: <field>: <message>"``
     (``source`` is the file, or ``"calibration defaults"``); ``CalibrationError(text)``
-    takes a finished message."""
-
-    def __init__(self, source: str, field: str | None = None, message: str | None = None) -> None:
-        self.source = source
-        self.field = field
-        if field is None and message is None:
-            text = source
-        else:
-            text = f"{source}: {field}: {message}"
-        super().__init__(text)
+    takes a finished message (see :class:`vllm_hust_vspec.errors.VspecError`)."""
 
 
 @dataclass(frozen=True)
@@ -210,7 +201,7 @@ def load_grid(
     request buckets the captured ones; ``max_num_seqs`` caps the default buckets and
     refuses larger ones in a file. Raises :class:`CalibrationError` naming file and field.
     """
-    if not _is_int(draft_width) or draft_width < 1:
+    if not checks.is_int(draft_width) or draft_width < 1:
         raise ValueError(f"load_grid: draft_width must be a positive integer, got {draft_width!r}")
     if path is None:
         return grid_from_dict({}, source=DEFAULTS_SOURCE, draft_width=draft_width,
@@ -242,23 +233,9 @@ def grid_from_dict(
 ) -> CalibrationGrid:
     """Validate a parsed calibration document, filling missing keys from the defaults
     (see :func:`load_grid`; ``source`` names the document in errors)."""
-    if not isinstance(doc, dict):
-        raise CalibrationError(source, "<root>", f"must be a JSON object, got {type(doc).__name__}")
-    doc = dict(doc)
-    for alias, key in KEY_ALIASES.items():
-        if alias in doc:
-            if key in doc:
-                raise CalibrationError(source, alias, f"give either {alias!r} or {key!r}, not both")
-            doc[key] = doc.pop(alias)
-    for key in doc:
-        if key not in FILE_KEYS:
-            known = ", ".join(FILE_KEYS + tuple(KEY_ALIASES))
-            raise CalibrationError(source, str(key), f"unknown key (known: {known})")
-
-    cost_model = doc.get("cost_model", DEFAULT_COST_MODEL)
-    if cost_model not in COST_MODELS:
-        raise CalibrationError(source, "cost_model",
-                               f"must be one of {', '.join(COST_MODELS)}, got {cost_model!r}")
+    doc = _file_keys(doc, source)
+    cost_model = checks.one_of(doc.get("cost_model", DEFAULT_COST_MODEL), COST_MODELS, source,
+                               "cost_model", error=CalibrationError)
     width = _int(doc, "draft_width", draft_width, 1, source)
     if width != draft_width:
         raise CalibrationError(
@@ -266,14 +243,64 @@ def grid_from_dict(
             f"{width} differs from the running width {draft_width} (--gamma = "
             f"num_speculative_tokens); costs of different widths cannot be mixed",
         )
-    warmup = _int(doc, "warmup_steps", DEFAULT_WARMUP_STEPS, 0, source)
-    window = _int(doc, "window_steps", DEFAULT_WINDOW_STEPS, 1, source)
-    windows = _int(doc, "windows_per_point", DEFAULT_WINDOWS_PER_POINT, 1, source)
-    seed = _int(doc, "token_seed", DEFAULT_TOKEN_SEED, 0, source)
+    steps = {
+        "warmup_steps": _int(doc, "warmup_steps", DEFAULT_WARMUP_STEPS, 0, source),
+        "window_steps": _int(doc, "window_steps", DEFAULT_WINDOW_STEPS, 1, source),
+        "windows_per_point": _int(doc, "windows_per_point", DEFAULT_WINDOWS_PER_POINT, 1, source),
+        "token_seed": _int(doc, "token_seed", DEFAULT_TOKEN_SEED, 0, source),
+    }
     cap = doc.get("time_cap_s", DEFAULT_TIME_CAP_S)
-    if isinstance(cap, bool) or not isinstance(cap, (int, float)) or not math.isfinite(cap) or cap <= 0:
+    if not checks.is_number(cap) or cap <= 0:
         raise CalibrationError(source, "time_cap_s", f"must be a number of seconds > 0, got {cap!r}")
+    buckets, rows, notes = _buckets_and_rows(doc, source, width, graph_buckets, max_num_seqs)
+    label = source
+    if source == DEFAULTS_SOURCE:
+        label = "defaults" if graph_buckets is None else "defaults (captured graph buckets)"
+    grid = CalibrationGrid(
+        cost_model=cost_model,
+        draft_width=width,
+        request_buckets=tuple(buckets),
+        target_graph_rows=tuple(rows),
+        contexts=(),
+        **steps,
+        time_cap_s=float(cap),
+        source=label,
+        notes=notes,
+    )
+    if "contexts" in doc:
+        contexts = _contexts(doc["contexts"], source)
+    else:
+        prefill = DEFAULT_PREFILL_TOKENS_CPU if graph_buckets is None else DEFAULT_PREFILL_TOKENS
+        contexts = (_default_context(grid, prefill, max_model_len, source),)
+    grid = replace(grid, contexts=tuple(contexts))
+    _check_contexts(grid, max_model_len, source)
+    if cost_model == "additive":
+        _check_connected(grid, source)
+    return grid
 
+
+def _file_keys(doc: Any, source: str) -> dict[str, Any]:
+    """The document as a dict with the aliases resolved; unknown keys refused."""
+    checks.mapping(doc, source, "<root>", what="a JSON object", error=CalibrationError)
+    doc = dict(doc)
+    for alias, key in KEY_ALIASES.items():
+        if alias in doc:
+            if key in doc:
+                raise CalibrationError(source, alias, f"give either {alias!r} or {key!r}, not both")
+            doc[key] = doc.pop(alias)
+    checks.known_keys(doc, FILE_KEYS + tuple(KEY_ALIASES), source, error=CalibrationError)
+    return doc
+
+
+def _buckets_and_rows(
+    doc: Mapping[str, Any],
+    source: str,
+    width: int,
+    graph_buckets: Sequence[int] | None,
+    max_num_seqs: int | None,
+) -> tuple[list[int], list[int], tuple[str, ...]]:
+    """Request buckets B and target rows G: from the file, else from the captured graph
+    sizes (graph-capable hosts), else the built-in defaults; checked against each other."""
     notes: tuple[str, ...] = ()
     default_rows: list[int] = []
     if "request_buckets" in doc:
@@ -306,34 +333,7 @@ def grid_from_dict(
         rows = sorted({b * (w + 1) for b in buckets for w in range(width + 1)
                        if captured is None or b * (w + 1) in captured})
     _check_rows(buckets, rows, width, source)
-
-    label = source
-    if source == DEFAULTS_SOURCE:
-        label = "defaults" if graph_buckets is None else "defaults (captured graph buckets)"
-    grid = CalibrationGrid(
-        cost_model=cost_model,
-        draft_width=width,
-        request_buckets=tuple(buckets),
-        target_graph_rows=tuple(rows),
-        contexts=(),
-        warmup_steps=warmup,
-        window_steps=window,
-        windows_per_point=windows,
-        token_seed=seed,
-        time_cap_s=float(cap),
-        source=label,
-        notes=notes,
-    )
-    if "contexts" in doc:
-        contexts = _contexts(doc["contexts"], source)
-    else:
-        prefill = DEFAULT_PREFILL_TOKENS_CPU if graph_buckets is None else DEFAULT_PREFILL_TOKENS
-        contexts = (_default_context(grid, prefill, max_model_len, source),)
-    grid = replace(grid, contexts=tuple(contexts))
-    _check_contexts(grid, max_model_len, source)
-    if cost_model == "additive":
-        _check_connected(grid, source)
-    return grid
+    return buckets, rows, notes
 
 
 def _captured_buckets(
@@ -380,31 +380,13 @@ def _default_context(grid: CalibrationGrid, prefill: int, max_model_len: int | N
 # --------------------------------------------------------------------------- checks
 
 
-def _is_int(x: Any) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
-
-
 def _int(doc: Mapping[str, Any], key: str, default: int, minimum: int, source: str) -> int:
-    value = doc.get(key, default)
-    if not _is_int(value):
-        raise CalibrationError(source, key, f"must be an integer, got {value!r}")
-    if value < minimum:
-        raise CalibrationError(source, key, f"must be >= {minimum}, got {value}")
-    return value
+    return checks.integer(doc.get(key, default), source, key, minimum=minimum, error=CalibrationError)
 
 
 def _int_list(values: Any, name: str, source: str) -> list[int]:
-    if not isinstance(values, list) or not values:
-        raise CalibrationError(source, name, f"must be a non-empty list of positive integers, got {values!r}")
-    for i, v in enumerate(values):
-        if not _is_int(v):
-            raise CalibrationError(source, f"{name}[{i}]", f"must be an integer, got {v!r}")
-        if v < 1:
-            raise CalibrationError(source, f"{name}[{i}]", f"must be >= 1, got {v} (it cannot run)")
-        if i and v <= values[i - 1]:
-            raise CalibrationError(source, f"{name}[{i}]",
-                                   f"{v} after {values[i - 1]}: the list must be strictly increasing")
-    return list(values)
+    return checks.int_list(values, source, name, minimum=1, error=CalibrationError,
+                           hint=" (it cannot run)")
 
 
 def _check_rows(buckets: Sequence[int], rows: Sequence[int], width: int, source: str) -> None:
@@ -436,26 +418,15 @@ def _contexts(values: Any, source: str) -> tuple[ContextRange, ...]:
     out = []
     for i, item in enumerate(values):
         name = f"contexts[{i}]"
-        if not isinstance(item, dict):
-            raise CalibrationError(source, name, f"must be an object with {', '.join(CONTEXT_KEYS)}, got {item!r}")
-        for key in item:
-            if key not in CONTEXT_KEYS:
-                raise CalibrationError(source, f"{name}.{key}", f"unknown key (known: {', '.join(CONTEXT_KEYS)})")
-        nums = {}
-        for key in CONTEXT_KEYS:
-            if key not in item:
-                raise CalibrationError(source, f"{name}.{key}", "missing")
-            nums[key] = _ctx_int(item[key], f"{name}.{key}", source)
-        out.append(ContextRange(**nums))
+        checks.mapping(item, source, name, what=f"an object with {', '.join(CONTEXT_KEYS)}",
+                       error=CalibrationError)
+        checks.known_keys(item, CONTEXT_KEYS, source, prefix=f"{name}.", error=CalibrationError)
+        checks.required_keys(item, CONTEXT_KEYS, source, prefix=f"{name}.", error=CalibrationError)
+        out.append(ContextRange(**{
+            key: checks.integer(item[key], source, f"{name}.{key}", minimum=1, error=CalibrationError)
+            for key in CONTEXT_KEYS
+        }))
     return tuple(out)
-
-
-def _ctx_int(value: Any, name: str, source: str) -> int:
-    if not _is_int(value):
-        raise CalibrationError(source, name, f"must be an integer, got {value!r}")
-    if value < 1:
-        raise CalibrationError(source, name, f"must be >= 1, got {value}")
-    return value
 
 
 def _check_contexts(grid: CalibrationGrid, max_model_len: int | None, source: str) -> None:

@@ -33,6 +33,7 @@ from vllm_hust_vspec.calibration.driver import measure
 from vllm_hust_vspec.calibration.fit import by_point, holdout_error
 from vllm_hust_vspec.calibration.grid import CalibrationError, CalibrationGrid, check_engine_limits
 from vllm_hust_vspec.calibration.plan import calibration_settings
+from vllm_hust_vspec.runtime.engine import runtime_of
 
 logger = logging.getLogger("vllm_hust_vspec")
 
@@ -53,11 +54,8 @@ def run_at_start(engine_core: Any) -> CostTable | None:
     (:func:`~.plan.calibration_settings`), with what only the engine knows (max_model_len,
     captured graph sizes, the running configuration a saved table must match)."""
     scheduler = getattr(engine_core, "scheduler", None)
-    runtime = None if scheduler is None else scheduler.__dict__.get("_vspec_runtime")
-    if runtime is None:
-        return None
-    policy = runtime.controller.policy
-    if getattr(policy, "name", None) != "budget" or getattr(policy, "table", None) is not None:
+    runtime = None if scheduler is None else runtime_of(scheduler)
+    if runtime is None or not runtime.controller.needs_cost_table:
         return None  # not the budget policy, or budget:PATH with its own table
     vllm_config = engine_core.vllm_config
     graph_buckets = None
@@ -97,16 +95,11 @@ def load_table(runtime: Any, table: CostTable) -> CostTable:
 
 def install(runtime: Any, table: CostTable) -> None:
     """Give the engine's budget policy its one immutable table (before its first decision)."""
-    controller = runtime.controller
-    policy = controller.policy
-    if controller.decisions or controller.steps:
-        raise RuntimeError("vllm-hust-vspec: a cost table is installed only before the first step")
     if table.draft_width < runtime.kmax:
         raise CalibrationError(
             f"cost table {table.source}: field 'draft_width': {table.draft_width} is smaller "
             f"than the running width {runtime.kmax}")
-    policy.table = table
-    controller.config.cost_table = table.source
+    runtime.controller.use_cost_table(table)
 
 
 # --------------------------------------------------------------------------- calibrate
@@ -117,47 +110,18 @@ def calibrate_at_start(runtime: Any, engine_core: Any, grid: CalibrationGrid,
     """Check the grid against the engine's limits, measure, fit, install and (optionally)
     save."""
     t0 = time.perf_counter()
-    scheduler = engine_core.scheduler
-    block = int(scheduler.block_size)
-    check_engine_limits(
-        grid, source=grid.source,
-        max_num_seqs=int(scheduler.max_num_running_reqs),
-        max_num_batched_tokens=int(scheduler.max_num_scheduled_tokens),
-        max_model_len=int(scheduler.max_model_len),
-        kv_capacity_tokens=int(scheduler.kv_cache_config.num_blocks) * block,
-        block_size=block,
-    )
+    _check_limits(engine_core.scheduler, grid)
     logger.info("vllm-hust-vspec calibration: %s", grid.describe())
     measured = measure(engine_core, runtime, grid, _time_cap(engine_core, grid))
     samples = [(w.batch, w.rows, w.step_s) for w in measured.windows]
     holdout = holdout_error(grid.cost_model, measured.windows)
-    if holdout is None:
-        logger.info("vllm-hust-vspec calibration: held-out error not measured "
-                    "(windows_per_point=%d leaves no window to hold out)", grid.windows_per_point)
-    else:
-        logger.info(
-            "vllm-hust-vspec calibration: %s model, held-out median relative error %.2f%% "
-            "(max %.2f%%) over %d windows (one per point; %d disturbed window(s) were "
-            "measured again)", grid.cost_model, 100 * holdout["median"], 100 * holdout["max"],
-            holdout["windows"], measured.remeasured)
+    _log_holdout(grid, holdout, measured.remeasured)
     source = output if output is not None else f"{DEFAULT_SOURCE} ({grid.source})"
-    calibration = {
-        "grid": grid.to_dict(),
-        "grid_source": grid.source,
-        "points_measured": measured.points_done,
-        "points_total": measured.points_total,
-        "stopped_by_time_cap": measured.stopped_by_cap,
-        "measure_s": round(measured.seconds, 3),
-        "windows_measured_again": measured.remeasured,
-        "holdout": holdout,
-        "step_ms": [
-            {"batch": b, "target_rows": g, "ms": round(1000 * statistics.median(v), 4)}
-            for (b, g), v in sorted(by_point(measured.windows).items())
-        ],
-    }
     try:
         metadata = running_metadata(engine_core, runtime)
-        table = CostTable.fit(grid.cost_model, samples, calibration=calibration, **metadata)
+        table = CostTable.fit(grid.cost_model, samples,
+                              calibration=_calibration_record(grid, measured, holdout),
+                              **metadata)
     except ValueError as exc:
         raise CalibrationError(f"vllm-hust-vspec calibration: the {grid.cost_model} fit of "
                                f"{len(samples)} windows failed: {exc}") from None
@@ -173,6 +137,51 @@ def calibrate_at_start(runtime: Any, engine_core: Any, grid: CalibrationGrid,
         f"written to {output}" if output else "not saved (no adaptive_dspark_cost_table_output)",
     )
     return table
+
+
+def _check_limits(scheduler: Any, grid: CalibrationGrid) -> None:
+    """The grid against what this engine can schedule and hold (raises CalibrationError)."""
+    block = int(scheduler.block_size)
+    check_engine_limits(
+        grid, source=grid.source,
+        max_num_seqs=int(scheduler.max_num_running_reqs),
+        max_num_batched_tokens=int(scheduler.max_num_scheduled_tokens),
+        max_model_len=int(scheduler.max_model_len),
+        kv_capacity_tokens=int(scheduler.kv_cache_config.num_blocks) * block,
+        block_size=block,
+    )
+
+
+def _log_holdout(grid: CalibrationGrid, holdout: dict[str, Any] | None, remeasured: int) -> None:
+    if holdout is None:
+        logger.info("vllm-hust-vspec calibration: held-out error not measured "
+                    "(windows_per_point=%d leaves no window to hold out)", grid.windows_per_point)
+        return
+    logger.info(
+        "vllm-hust-vspec calibration: %s model, held-out median relative error %.2f%% "
+        "(max %.2f%%) over %d windows (one per point; %d disturbed window(s) were "
+        "measured again)", grid.cost_model, 100 * holdout["median"], 100 * holdout["max"],
+        holdout["windows"], remeasured)
+
+
+def _calibration_record(grid: CalibrationGrid, measured: Any,
+                        holdout: dict[str, Any] | None) -> dict[str, Any]:
+    """The table's ``calibration`` field: the grid, what was measured, the held-out error
+    and each point's median step time."""
+    return {
+        "grid": grid.to_dict(),
+        "grid_source": grid.source,
+        "points_measured": measured.points_done,
+        "points_total": measured.points_total,
+        "stopped_by_time_cap": measured.stopped_by_cap,
+        "measure_s": round(measured.seconds, 3),
+        "windows_measured_again": measured.remeasured,
+        "holdout": holdout,
+        "step_ms": [
+            {"batch": b, "target_rows": g, "ms": round(1000 * statistics.median(v), 4)}
+            for (b, g), v in sorted(by_point(measured.windows).items())
+        ],
+    }
 
 
 # --------------------------------------------------------------------------- metadata

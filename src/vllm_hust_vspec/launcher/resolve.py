@@ -74,38 +74,14 @@ def resolve(argv: Sequence[str], environ: Mapping[str, str]) -> Resolved:
     elif config is not None and "protocol" in config.serve:
         protocol = get_protocol(config.serve["protocol"], f"{config.path}: [serve] protocol")
 
-    merged: dict[str, Any] = {o.name: o.default for o in settings.OPTIONS}
-    sources: dict[str, str] = {o.name: DEFAULT for o in settings.OPTIONS}
-    layers: list[tuple[str, Mapping[str, Any]]] = []
-    if protocol is not None:
-        layers.append((f"protocol {protocol.name}:", protocol.settings))
-    if config is not None:
-        layers.append((f"{config.path}: [serve]", config.serve))
-    layers.append(("flag", explicit))
-    extra: list[str] = []
-    for layer, values in layers:
-        for name, value in values.items():
-            opt = settings.option(name)
-            if name == "extra_args":
-                extra.extend(value)
-            else:
-                merged[name] = value
-            sources[name] = _source_label(opt, layer, value)
-    extra.extend(cli_extra)
+    merged, sources, extra = _merge_layers(protocol, config, explicit, cli_extra)
 
     method = settings.canonical_method(str(merged["method"]), sources["method"])
     merged["method"] = method
 
     if protocol is not None:
         _check_protocol(protocol, merged, sources)
-
-    if merged["adaptive_profile"] and sources["adaptive_policy"] == DEFAULT:
-        merged["adaptive_policy"] = "profile"
-        sources["adaptive_policy"] = f"implied by {sources['adaptive_profile']}"
-    for name in _CALIBRATION_OPTIONS:
-        if merged[name] and sources["adaptive_policy"] == DEFAULT:
-            merged["adaptive_policy"] = "budget"
-            sources["adaptive_policy"] = f"implied by {sources[name]}"
+    _implied_policy(merged, sources)
 
     platform_explicit = merged["target_platform"] is not None
     platform = merged["target_platform"] or detect_platform()
@@ -128,6 +104,44 @@ def resolve(argv: Sequence[str], environ: Mapping[str, str]) -> Resolved:
     return Resolved(values=values, sources=sources, config=config, protocol=protocol,
                     platform=platform, platform_explicit=platform_explicit,
                     extra_args=tuple(extra), target=target, draft=draft)
+
+
+def _merge_layers(
+    protocol: Any, config: Any, explicit: Mapping[str, Any], cli_extra: Sequence[str]
+) -> tuple[dict[str, Any], dict[str, str], list[str]]:
+    """Defaults < protocol < config file [serve] < flags: the merged values, where each
+    came from, and the native vLLM arguments (``extra_args`` accumulate, CLI ones last)."""
+    merged: dict[str, Any] = {o.name: o.default for o in settings.OPTIONS}
+    sources: dict[str, str] = {o.name: DEFAULT for o in settings.OPTIONS}
+    layers: list[tuple[str, Mapping[str, Any]]] = []
+    if protocol is not None:
+        layers.append((f"protocol {protocol.name}:", protocol.settings))
+    if config is not None:
+        layers.append((f"{config.path}: [serve]", config.serve))
+    layers.append(("flag", explicit))
+    extra: list[str] = []
+    for layer, values in layers:
+        for name, value in values.items():
+            opt = settings.option(name)
+            if name == "extra_args":
+                extra.extend(value)
+            else:
+                merged[name] = value
+            sources[name] = _source_label(opt, layer, value)
+    extra.extend(cli_extra)
+    return merged, sources, extra
+
+
+def _implied_policy(merged: dict[str, Any], sources: dict[str, str]) -> None:
+    """A profile implies the profile policy, a calibration option the budget policy, when
+    no policy was given."""
+    if merged["adaptive_profile"] and sources["adaptive_policy"] == DEFAULT:
+        merged["adaptive_policy"] = "profile"
+        sources["adaptive_policy"] = f"implied by {sources['adaptive_profile']}"
+    for name in _CALIBRATION_OPTIONS:
+        if merged[name] and sources["adaptive_policy"] == DEFAULT:
+            merged["adaptive_policy"] = "budget"
+            sources["adaptive_policy"] = f"implied by {sources[name]}"
 
 
 def _check_calibration_files(values: settings.Settings, sources: Mapping[str, str]) -> None:

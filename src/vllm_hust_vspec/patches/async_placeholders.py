@@ -17,7 +17,8 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from vllm_hust_vspec.patches.spec import PROCESS_ENGINE, PatchSpec, Symbol
+from vllm_hust_vspec.patchspec import PROCESS_ENGINE, PatchSpec, Symbol
+from vllm_hust_vspec.runtime.engine import runtime_of
 
 _ASYNC = "vllm.v1.core.sched.async_scheduler"
 
@@ -40,16 +41,8 @@ def make(original: Any) -> Any:
     @functools.wraps(original)
     def _update_after_schedule(self: Any, scheduler_output: Any) -> None:
         original(self, scheduler_output)
-        runtime = self.__dict__.get("_vspec_runtime")
-        if runtime is None:
-            return
-        width = scheduler_output.num_spec_tokens_to_schedule
-        for req_id in scheduler_output.num_scheduled_tokens:
-            request = self.requests[req_id]
-            if request.is_prefill_chunk:
-                continue
-            limit = runtime.draft_limit(req_id)
-            if limit is not None and limit < width:
-                request.spec_token_ids = [-1] * limit
+        runtime = runtime_of(self)
+        if runtime is not None:
+            runtime.cut_placeholders(scheduler_output)
 
     return _update_after_schedule

@@ -4,6 +4,7 @@ What:   wraps ``vllm.config.vllm.VllmConfig._set_cudagraph_sizes``; when the use
         launcher, per ``--capture-policy``) gave no explicit capture sizes, adds
         ``n * (K + 1)`` for every verify width the controller may pick and n on the host's
         request ladder (capped at the host's largest capture size), computed by
+        :func:`vllm_hust_vspec.runtime.frontend.widen_capture_sizes` with
         :func:`vllm_hust_vspec.capture.capture_sizes` (the launcher's function too).
         Explicit sizes are left exactly as given.
 Why:    the host's dynamic-SD tiers follow the batch-size table; our table is a single
@@ -19,7 +20,8 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from vllm_hust_vspec.patches.spec import PROCESS_FRONTEND, PatchSpec, Symbol
+from vllm_hust_vspec.patchspec import PROCESS_FRONTEND, PatchSpec, Symbol
+from vllm_hust_vspec.runtime.frontend import widen_capture_sizes
 
 _VLLM = "vllm.config.vllm"
 
@@ -47,19 +49,7 @@ def make(original: Any) -> Any:
     def _set_cudagraph_sizes(self: Any) -> None:
         explicit = self.compilation_config.cudagraph_capture_sizes is not None
         original(self)
-        spec = self.speculative_config
-        comp = self.compilation_config
-        sizes = comp.cudagraph_capture_sizes
-        if explicit or spec is None or not sizes or not spec.num_speculative_tokens:
-            return
-        from vllm_hust_vspec.capture import capture_sizes
-        from vllm_hust_vspec.settings import from_env
-
-        cap = comp.max_cudagraph_capture_size or max(sizes)
-        extra = capture_sizes(
-            self.scheduler_config.max_num_seqs, spec.num_speculative_tokens, policy="auto",
-            kmin=from_env().adaptive_min_gamma, max_num_batched_tokens=cap,
-        )
-        comp.cudagraph_capture_sizes = sorted(set(sizes) | set(extra))
+        if not explicit:
+            widen_capture_sizes(self)
 
     return _set_cudagraph_sizes

@@ -27,7 +27,7 @@ from vllm_hust_vspec.patches import (
     step_output,
 )
 from vllm_hust_vspec.patches.registry import Patch
-from vllm_hust_vspec.patches.spec import PatchSpec
+from vllm_hust_vspec.patchspec import PatchSpec
 
 _MODULES: tuple[ModuleType, ...] = (
     speculative_config,

@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from vllm_hust_vspec.patches.spec import PROCESS_WORKER, PatchSpec, Symbol
+from vllm_hust_vspec.patchspec import PROCESS_WORKER, PatchSpec, Symbol
 
 SPEC = PatchSpec(
     name="cpu-expand-kernel",

@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from vllm_hust_vspec.patches.spec import PROCESS_WORKER, PatchSpec, Symbol
+from vllm_hust_vspec.patchspec import PROCESS_WORKER, PatchSpec, Symbol
 
 _RUNNER = "vllm.v1.worker.gpu_model_runner"
 

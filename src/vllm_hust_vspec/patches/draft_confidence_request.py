@@ -17,7 +17,8 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from vllm_hust_vspec.patches.spec import PROCESS_ENGINE, PatchSpec, Symbol
+from vllm_hust_vspec.patchspec import PROCESS_ENGINE, PatchSpec, Symbol
+from vllm_hust_vspec.runtime.engine import runtime_of
 
 _SCHED = "vllm.v1.core.sched.scheduler"
 
@@ -37,7 +38,7 @@ def make(original: Any) -> Any:
     @functools.wraps(original)
     def schedule(self: Any, *args: Any, **kwargs: Any) -> Any:
         out = original(self, *args, **kwargs)
-        runtime = self.__dict__.get("_vspec_runtime")
+        runtime = runtime_of(self)
         if runtime is not None and runtime.wants_draft_signals:
             setattr(out, FLAG, True)
         return out

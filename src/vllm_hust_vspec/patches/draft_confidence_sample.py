@@ -23,7 +23,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from vllm_hust_vspec.patches.spec import PROCESS_WORKER, PatchSpec, Symbol
+from vllm_hust_vspec.patchspec import PROCESS_WORKER, PatchSpec, Symbol
 
 _BASE = "vllm.v1.spec_decode.llm_base_proposer"
 

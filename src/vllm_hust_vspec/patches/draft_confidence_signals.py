@@ -26,7 +26,7 @@ from __future__ import annotations
 from typing import Any
 
 # tokens the entropy is renormalised over: the controller's contract (BatchView.entropies)
-from vllm_hust_vspec.adaptive.observations import ENTROPY_TOPK as TOPK_ENTROPY
+from vllm_hust_vspec.names import ENTROPY_TOPK as TOPK_ENTROPY
 
 # SchedulerOutput attribute (engine -> worker): True when the engine wants the signals
 FLAG = "vspec_draft_signals"

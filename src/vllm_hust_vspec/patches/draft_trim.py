@@ -16,7 +16,8 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from vllm_hust_vspec.patches.spec import PROCESS_ENGINE, PatchSpec, Symbol
+from vllm_hust_vspec.patchspec import PROCESS_ENGINE, PatchSpec, Symbol
+from vllm_hust_vspec.runtime.engine import runtime_of
 
 _SCHED = "vllm.v1.core.sched.scheduler"
 
@@ -36,15 +37,10 @@ SPEC = PatchSpec(
 def make(original: Any) -> Any:
     @functools.wraps(original)
     def update_draft_token_ids(self: Any, draft_token_ids: Any) -> None:
-        runtime = self.__dict__.get("_vspec_runtime")
+        runtime = runtime_of(self)
         if runtime is not None:
-            # draft confidences/entropies, when the workers sent them (draft-confidence-take)
-            trimmed = runtime.trim_drafts(draft_token_ids.req_ids,
-                                          draft_token_ids.draft_token_ids,
-                                          getattr(draft_token_ids, "vspec_confidences", None),
-                                          getattr(draft_token_ids, "vspec_entropies", None))
-            if trimmed is not None:
-                draft_token_ids = type(draft_token_ids)(list(draft_token_ids.req_ids), trimmed)
+            # with the draft confidences/entropies the workers sent (draft-confidence-take)
+            draft_token_ids = runtime.trimmed(draft_token_ids)
         return original(self, draft_token_ids)
 
     return update_draft_token_ids

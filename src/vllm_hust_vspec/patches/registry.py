@@ -1,6 +1,6 @@
 """Apply declared patches: check every requirement first, then all or nothing.
 
-A :class:`Patch` couples a :class:`~vllm_hust_vspec.patches.spec.PatchSpec` (what it
+A :class:`Patch` couples a :class:`~vllm_hust_vspec.patchspec.PatchSpec` (what it
 replaces, what it needs, why) with ``make(original) -> replacement``.  :func:`apply`
 
 1. resolves every symbol every patch requires (module import, attribute chain, instance
@@ -24,7 +24,8 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from vllm_hust_vspec.patches.spec import PatchSpec, Symbol
+from vllm_hust_vspec.errors import VspecError
+from vllm_hust_vspec.patchspec import PatchSpec, Symbol
 
 logger = logging.getLogger("vllm_hust_vspec")
 
@@ -33,7 +34,7 @@ MARK = "__vspec_patch__"
 _MISSING = object()
 
 
-class PatchError(RuntimeError):
+class PatchError(VspecError, RuntimeError):
     """The host does not have what a patch needs, or a target is already patched."""
 
 
@@ -59,7 +60,7 @@ _LOCK = threading.Lock()
 # --------------------------------------------------------------------------- resolution
 
 
-class SymbolMissing(LookupError):
+class SymbolMissing(VspecError, LookupError):
     pass
 
 
@@ -143,50 +144,8 @@ def apply(patches: Iterable[Patch]) -> list[str]:
                 + "\n  ".join(problems)
                 + "\n(nothing was patched; run vllm-hust-vspec-doctor for the full report)"
             )
-        plan: list[_Applied] = []
-        claimed: dict[tuple[int, str], str] = {}
-        for patch in todo:
-            done = _STATE.get(patch.spec.name)
-            if done is not None:
-                if done.owner.__dict__.get(done.attr) is not done.replacement:
-                    raise PatchError(
-                        f"patch {patch.spec.name}: {patch.spec.target} was replaced by "
-                        "someone else after vllm-hust-vspec patched it"
-                    )
-                continue
-            owner, attr, current = resolve(patch.spec.target)
-            key = (id(owner), attr)
-            if key in claimed:
-                raise PatchError(
-                    f"patches {claimed[key]} and {patch.spec.name} both replace "
-                    f"{patch.spec.target}"
-                )
-            claimed[key] = patch.spec.name
-            marker = getattr(current, MARK, None)
-            if marker is not None:
-                raise PatchError(
-                    f"patch {patch.spec.name}: {patch.spec.target} is already replaced by "
-                    f"patch {marker!r}; refusing to overwrite it twice"
-                )
-            try:
-                replacement = patch.make(current)
-                setattr(replacement, MARK, patch.spec.name)
-            except Exception as exc:
-                raise PatchError(
-                    f"patch {patch.spec.name}: building the replacement of "
-                    f"{patch.spec.target} failed: {exc}"
-                ) from exc
-            original = owner.__dict__.get(attr, _MISSING)
-            plan.append(_Applied(patch, owner, attr, original, replacement))
-        installed: list[_Applied] = []
-        try:
-            for item in plan:
-                setattr(item.owner, item.attr, item.replacement)
-                installed.append(item)
-        except Exception as exc:
-            for item in reversed(installed):
-                _restore(item)
-            raise PatchError(f"installing patches failed, rolled back: {exc}") from exc
+        plan = _plan(todo)
+        _install(plan)
         for item in plan:
             _STATE[item.patch.spec.name] = item
             logger.info(
@@ -196,6 +155,60 @@ def apply(patches: Iterable[Patch]) -> list[str]:
                 item.patch.spec.process,
             )
         return [p.spec.name for p in todo]
+
+
+def _plan(todo: list[Patch]) -> list[_Applied]:
+    """The replacements to install, built before anything is set (patches already in
+    effect are skipped; a target claimed twice or already replaced is refused)."""
+    plan: list[_Applied] = []
+    claimed: dict[tuple[int, str], str] = {}
+    for patch in todo:
+        done = _STATE.get(patch.spec.name)
+        if done is not None:
+            if done.owner.__dict__.get(done.attr) is not done.replacement:
+                raise PatchError(
+                    f"patch {patch.spec.name}: {patch.spec.target} was replaced by "
+                    "someone else after vllm-hust-vspec patched it"
+                )
+            continue
+        owner, attr, current = resolve(patch.spec.target)
+        key = (id(owner), attr)
+        if key in claimed:
+            raise PatchError(
+                f"patches {claimed[key]} and {patch.spec.name} both replace "
+                f"{patch.spec.target}"
+            )
+        claimed[key] = patch.spec.name
+        marker = getattr(current, MARK, None)
+        if marker is not None:
+            raise PatchError(
+                f"patch {patch.spec.name}: {patch.spec.target} is already replaced by "
+                f"patch {marker!r}; refusing to overwrite it twice"
+            )
+        try:
+            replacement = patch.make(current)
+            setattr(replacement, MARK, patch.spec.name)
+        except Exception as exc:
+            raise PatchError(
+                f"patch {patch.spec.name}: building the replacement of "
+                f"{patch.spec.target} failed: {exc}"
+            ) from exc
+        original = owner.__dict__.get(attr, _MISSING)
+        plan.append(_Applied(patch, owner, attr, original, replacement))
+    return plan
+
+
+def _install(plan: list[_Applied]) -> None:
+    """Set every replacement of ``plan``; on a failure, restore those set and raise."""
+    installed: list[_Applied] = []
+    try:
+        for item in plan:
+            setattr(item.owner, item.attr, item.replacement)
+            installed.append(item)
+    except Exception as exc:
+        for item in reversed(installed):
+            _restore(item)
+        raise PatchError(f"installing patches failed, rolled back: {exc}") from exc
 
 
 def _restore(item: _Applied) -> None:

@@ -14,7 +14,7 @@ is no DSpark proposer: the doctor reports both as MISSING.
 
 from __future__ import annotations
 
-from vllm_hust_vspec.patches.spec import (
+from vllm_hust_vspec.patchspec import (
     FAMILY_ASCEND,
     PROCESS_ENGINE,
     PROCESS_FRONTEND,

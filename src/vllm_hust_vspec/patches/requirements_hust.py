@@ -13,7 +13,7 @@ proposer (``vllm/v1/spec_decode/eagle.py``) takes no K.  The doctor reports that
 
 from __future__ import annotations
 
-from vllm_hust_vspec.patches.spec import (
+from vllm_hust_vspec.patchspec import (
     FAMILY_HUST,
     PROCESS_ENGINE,
     PROCESS_FRONTEND,

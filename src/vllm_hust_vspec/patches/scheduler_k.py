@@ -16,7 +16,8 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from vllm_hust_vspec.patches.spec import PROCESS_ENGINE, PatchSpec, Symbol
+from vllm_hust_vspec.patchspec import PROCESS_ENGINE, PatchSpec, Symbol
+from vllm_hust_vspec.runtime.engine import attach
 
 _SCHED = "vllm.v1.core.sched.scheduler"
 
@@ -40,8 +41,6 @@ def make(original: Any) -> Any:
     @functools.wraps(original)
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         original(self, *args, **kwargs)
-        from vllm_hust_vspec.runtime.engine import attach
-
         attach(self)
 
     return __init__

@@ -14,7 +14,8 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from vllm_hust_vspec.patches.spec import PROCESS_ENGINE, PatchSpec, Symbol
+from vllm_hust_vspec.patchspec import PROCESS_ENGINE, PatchSpec, Symbol
+from vllm_hust_vspec.runtime.engine import runtime_of
 
 _SCHED = "vllm.v1.core.sched.scheduler"
 
@@ -35,10 +36,10 @@ def make(original: Any) -> Any:
     def make_spec_decoding_stats(self: Any, spec_decoding_stats: Any, num_draft_tokens: int,
                                  num_accepted_tokens: int, num_invalid_spec_tokens: Any,
                                  request_id: str) -> Any:
-        runtime = self.__dict__.get("_vspec_runtime")
-        if runtime is not None and num_draft_tokens:
-            invalid = (num_invalid_spec_tokens or {}).get(request_id, 0)
-            runtime.on_verified(request_id, num_draft_tokens - invalid, num_accepted_tokens)
+        runtime = runtime_of(self)
+        if runtime is not None:
+            runtime.on_verified(request_id, num_draft_tokens, num_accepted_tokens,
+                                num_invalid_spec_tokens)
         return original(self, spec_decoding_stats, num_draft_tokens, num_accepted_tokens,
                         num_invalid_spec_tokens, request_id)
 

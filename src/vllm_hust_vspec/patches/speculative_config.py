@@ -1,8 +1,9 @@
 """Patch ``EngineArgs.create_speculative_config``: turn on the host's dynamic-SD mode.
 
 What:   wraps ``vllm.engine.arg_utils.EngineArgs.create_speculative_config``; after the host
-        builds the ``SpeculativeConfig`` we check it against the plugin's settings (guards in
-        :mod:`vllm_hust_vspec.runtime.specconfig`) and set
+        builds the ``SpeculativeConfig``, :func:`vllm_hust_vspec.runtime.frontend.configure_speculative`
+        checks it against the plugin's settings (guards in
+        :mod:`vllm_hust_vspec.runtime.specconfig`) and sets
         ``num_speculative_tokens_per_batch_size`` to ``[(1, 1, Kmax)]`` when the user gave none.
 Why:    the scheduler consults its K lookup (which the ``scheduler-k`` patch replaces by the
         controller) only in dynamic-SD mode, and that mode also turns off padding new decodes
@@ -17,10 +18,10 @@ Remove: when vLLM accepts a pluggable K policy object in ``SpeculativeConfig`` (
 from __future__ import annotations
 
 import functools
-import os
 from typing import Any
 
-from vllm_hust_vspec.patches.spec import PROCESS_FRONTEND, PatchSpec, Symbol
+from vllm_hust_vspec.patchspec import PROCESS_FRONTEND, PatchSpec, Symbol
+from vllm_hust_vspec.runtime.frontend import configure_speculative
 
 _ARGS = "vllm.engine.arg_utils"
 _SPEC = "vllm.config.speculative"
@@ -47,26 +48,6 @@ def make(original: Any) -> Any:
     def create_speculative_config(self: Any, target_model_config: Any,
                                   target_parallel_config: Any) -> Any:
         config = original(self, target_model_config, target_parallel_config)
-        from vllm_hust_vspec import settings as settings_mod
-
-        if config is None or os.environ.get(settings_mod.ENABLE_ENV) != "1":
-            return config
-        from vllm_hust_vspec.host.detect import host_label, process_label
-        from vllm_hust_vspec.patches.registry import applied
-        from vllm_hust_vspec.runtime.announce import announce
-        from vllm_hust_vspec.runtime.controller_factory import check_settings
-        from vllm_hust_vspec.runtime.specconfig import prepare_speculative_config
-
-        settings = settings_mod.from_env()
-        user_table = config.num_speculative_tokens_per_batch_size
-        prepare_speculative_config(
-            config,
-            settings,
-            data_parallel_size=int(getattr(target_parallel_config, "data_parallel_size", 1)),
-        )
-        check_settings(settings, config.num_speculative_tokens, user_table)
-        policy = settings.adaptive_policy if settings.adaptive_speculation else "fixed"
-        announce(host_label(), process_label(), policy, config.num_speculative_tokens, applied())
-        return config
+        return configure_speculative(config, target_parallel_config)
 
     return create_speculative_config

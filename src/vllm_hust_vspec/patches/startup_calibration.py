@@ -23,7 +23,8 @@ import functools
 import sys
 from typing import Any
 
-from vllm_hust_vspec.patches.spec import PROCESS_ENGINE, PatchSpec, Symbol
+from vllm_hust_vspec.calibration.runner import run_at_start
+from vllm_hust_vspec.patchspec import PROCESS_ENGINE, PatchSpec, Symbol
 
 _CORE = "vllm.v1.engine.core"
 _SCHED = "vllm.v1.core.sched.scheduler"
@@ -72,8 +73,6 @@ def make(original: Any) -> Any:
         result = original(*args, **kwargs)
         engine_core = _engine_core_of(sys._getframe(1))
         if engine_core is not None:
-            from vllm_hust_vspec.calibration.runner import run_at_start
-
             run_at_start(engine_core)
         return result
 

@@ -15,7 +15,8 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from vllm_hust_vspec.patches.spec import PROCESS_ENGINE, PatchSpec, Symbol
+from vllm_hust_vspec.patchspec import PROCESS_ENGINE, PatchSpec, Symbol
+from vllm_hust_vspec.runtime.engine import runtime_of
 
 _SCHED = "vllm.v1.core.sched.scheduler"
 
@@ -40,12 +41,10 @@ SPEC = PatchSpec(
 def make(original: Any) -> Any:
     @functools.wraps(original)
     def update_from_output(self: Any, scheduler_output: Any, model_runner_output: Any) -> Any:
-        runtime = self.__dict__.get("_vspec_runtime")
+        runtime = runtime_of(self)
         if runtime is None:
             return original(self, scheduler_output, model_runner_output)
-        runtime.before_output(self, scheduler_output, model_runner_output)
-        outputs = original(self, scheduler_output, model_runner_output)
-        runtime.after_output(self, scheduler_output)
-        return outputs
+        with runtime.output_step(scheduler_output, model_runner_output):
+            return original(self, scheduler_output, model_runner_output)
 
     return update_from_output

@@ -15,6 +15,16 @@ from vllm_hust_vspec._version import __version__
 logger = logging.getLogger("vllm_hust_vspec")
 PREFIX = "vllm-hust-vspec active:"
 _announced: set[int] = set()
+_patches: list[str] = []  # this process's patches in effect (set by the composition root)
+
+
+def record_patches(names: list[str]) -> None:
+    """The names of the patches the plugin applied in this process, for the active line."""
+    _patches[:] = list(names)
+
+
+def patches_in_effect() -> list[str]:
+    return list(_patches)
 
 
 def _ensure_handler() -> None:

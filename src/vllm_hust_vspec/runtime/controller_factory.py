@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from vllm_hust_vspec.adaptive.controller import Controller, ControllerConfig
-from vllm_hust_vspec.runtime.specconfig import schedule_from_host_table
-from vllm_hust_vspec.settings import Settings, SettingsError
+from vllm_hust_vspec.settings import Settings, SettingsError, parse_schedule
+
+HOST_TABLE = "num_speculative_tokens_per_batch_size"
 
 
 def controller_config(settings: Settings, kmax: int, host_table: Any = None,
@@ -15,18 +16,18 @@ def controller_config(settings: Settings, kmax: int, host_table: Any = None,
 
     ``adaptive_speculation`` off means the host's fixed K: policy ``fixed`` at Kmax (the
     plugin only observes).  The ``schedule`` policy without ``adaptive_schedule`` takes the
-    user's own ``num_speculative_tokens_per_batch_size`` table, else it is refused."""
+    user's own ``num_speculative_tokens_per_batch_size`` table (as data: the list of
+    ``(lo, hi, K)``, checked by the one schedule parser), else it is refused."""
     overrides: dict[str, Any] = {"trace": trace}
     if not settings.adaptive_speculation:
         overrides.update(policy="fixed", fixed_gamma=kmax, min_gamma=0)
     elif settings.adaptive_policy == "schedule" and not settings.adaptive_schedule:
-        table = schedule_from_host_table(host_table)
-        if table is None:
+        if not host_table:
             raise SettingsError(
                 "adaptive_policy 'schedule' needs adaptive_schedule "
                 "(--adaptive-schedule / HUST_VSPEC_ADAPTIVE_SCHEDULE), e.g. '1-4:4,5-32:2'"
             )
-        overrides["schedule"] = table
+        overrides["schedule"] = tuple(parse_schedule(host_table, HOST_TABLE, kmax))
     cfg = ControllerConfig.from_settings(settings.as_dict("plugin"), kmax, **overrides)
     try:
         cfg.validate()

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from vllm_hust_vspec.backends.methods import UNSUPPORTED, varies_k
+from vllm_hust_vspec.methods import UNSUPPORTED, varies_k
 from vllm_hust_vspec.settings import Settings, SettingsError, check_kmax
 
 logger = logging.getLogger("vllm_hust_vspec")
@@ -57,10 +57,3 @@ def prepare_speculative_config(config: Any, settings: Settings, data_parallel_si
         config.num_speculative_tokens_per_batch_size = [(1, 1, kmax)]
         logger.info("vllm-hust-vspec: dynamic-SD mode on (K chosen per step, Kmax=%d)", kmax)
 
-
-def schedule_from_host_table(table: Any) -> str | None:
-    """The user's own ``num_speculative_tokens_per_batch_size`` as a schedule spec
-    (``'1-4:4,5-32:2'``) for the ``schedule`` policy, or None."""
-    if not table:
-        return None
-    return ",".join(f"{int(lo)}-{int(hi)}:{int(k)}" for lo, hi, k in table)

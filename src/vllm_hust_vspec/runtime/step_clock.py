@@ -10,20 +10,73 @@ draft position look relatively dearer than it is (at batch 1 on the CPU host the
 
 :class:`StepClock` adds the overhead back: an EWMA of the gap from one step's output to the
 next decision.  A gap longer than the window before it is idle time (the engine waited for
-requests), not overhead, and is ignored.  Pure Python (no vLLM import).
+requests), not overhead, and is ignored.
+
+It also owns the step pipeline: a step is opened at its decision (:meth:`StepClock.open`,
+with the K it drafts) and closed when its output has been processed (:meth:`StepClock.close`),
+in order; under async scheduling the next decision may come before the output.  The drafts a
+step verifies were made by the step closed before it, so a closed step carries both Ks: the
+one it verified and the one it drafted.  Pure Python (no vLLM import).
 """
 
 from __future__ import annotations
 
+import collections
+import dataclasses
+
 GAP_WEIGHT = 0.1  # EWMA weight of a new overhead sample
 
 
+@dataclasses.dataclass(frozen=True)
+class ClockedStep:
+    """One step from its decision to its output."""
+
+    step: int
+    k_verified: int  # the K of the drafts this step verified (drafted by the previous step)
+    k_drafted: int  # the K this step drafted (decided for it)
+    window_ms: float  # decision -> model output
+    t_output: float  # perf_counter() when the model output reached the scheduler
+
+
 class StepClock:
-    def __init__(self) -> None:
+    def __init__(self, kmax: int = 0) -> None:
         self._t_output: float | None = None
         self._last_window_ms = 0.0
         self.gap_ms = 0.0  # EWMA of the engine's per-step overhead outside the window
         self.gaps = 0  # overhead samples taken
+        self.kmax = kmax
+        # opened steps awaiting their output: (step, K drafted, decision time)
+        self._open: collections.deque[tuple[int, int, float]] = collections.deque()
+        self._k_prev = kmax  # the K the drafts now awaiting verification were made with
+        self.t_arrived = 0.0  # when the latest model output reached the scheduler
+
+    # ------------------------------------------------------------------ pipeline
+    def open(self, step: int, k: int, now: float) -> None:
+        """Step ``step`` decided at ``now`` to draft ``k`` tokens."""
+        self.decided(now)
+        self._open.append((step, k, now))
+
+    def arrived(self, now: float) -> None:
+        """A model output reached the scheduler at ``now`` (before its processing)."""
+        self.t_arrived = now
+
+    def close(self) -> ClockedStep | None:
+        """The oldest open step, now that its output (:meth:`arrived`) was processed; None
+        when no step is open."""
+        if not self._open:
+            return None
+        step, k, t_decided = self._open.popleft()
+        window = self.output(t_decided, self.t_arrived)
+        k_verified, self._k_prev = self._k_prev, k
+        return ClockedStep(step=step, k_verified=k_verified, k_drafted=k, window_ms=window,
+                           t_output=self.t_arrived)
+
+    def restart(self) -> None:
+        """Forget the open steps and the gap: the engine ran steps outside the pipeline (a
+        forced width); the drafts now pending were made at Kmax."""
+        self._open.clear()
+        self._k_prev = self.kmax
+        self.reset()
 
     def decided(self, now: float) -> None:
         """A K decision at ``now`` (seconds, ``perf_counter``): closes the gap that began at

@@ -22,6 +22,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import NoReturn
 
+from vllm_hust_vspec.errors import VspecError
 from vllm_hust_vspec.launcher.platform import vllm_console_works
 from vllm_hust_vspec.tools.argtypes import nonneg_float as _nonneg_float
 from vllm_hust_vspec.tools.argtypes import positive_int as _positive_int
@@ -36,7 +37,7 @@ class _Parser(argparse.ArgumentParser):
         sys.exit(2)
 
 
-class BenchError(Exception):
+class BenchError(VspecError):
     """Bad input, reported once before anything runs."""
 
 

@@ -32,6 +32,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from vllm_hust_vspec.errors import VspecError
 from vllm_hust_vspec.launcher.errors import LaunchError
 from vllm_hust_vspec.progress import Progress, format_seconds
 from vllm_hust_vspec.settings import SettingsError
@@ -49,7 +50,7 @@ DEFAULT_CONCURRENCY = "1,4,16"
 PREVIEW_PORT = 8000  # the port shown in dry runs (real runs pick a free one per server)
 
 
-class AbError(Exception):
+class AbError(VspecError):
     """Bad input or a failed run, reported once (``vllm-hust-vspec-bench: error: ...``)."""
 
 
@@ -267,7 +268,7 @@ def run_ab(a: argparse.Namespace, extra: Sequence[str]) -> int:
 
 
 def _execute(plan: _Plan, a: argparse.Namespace) -> int:
-    from .bench_driver import Driver, DriveError
+    from .bench_driver import DriveError
 
     out = plan.out
     (out / "logs").mkdir(parents=True, exist_ok=True)
@@ -293,46 +294,12 @@ def _execute(plan: _Plan, a: argparse.Namespace) -> int:
             shift = (rnd - 1) % len(plan.configs)
             order = plan.configs[shift:] + plan.configs[:shift]
             for config in order:
-                tag = f"{config.name}-r{rnd}"
-                port = free_port()
-                cmd = plan.command(config, port, tag)
-                if cmd.trace_file is not None:
-                    cmd.trace_file.parent.mkdir(parents=True, exist_ok=True)
-                started = time.monotonic()
-                server = Server(cmd, port, out / "logs" / f"{tag}.server.log")
-                with server:
-                    pid = server.launch()
-                    bar.write(f"  [{tag}] server pid {pid} port {port} starting (log "
-                              f"{server.log_path})", file=sys.stdout)
-                    server.wait_ready(plan.start_timeout)
-                    ready = time.monotonic()
-                    with open(out / "logs" / f"{tag}.bench.log", "w", encoding="utf-8") as log:
-                        assert server.model_name is not None
-                        with contextlib.redirect_stdout(log):  # vLLM's import chatter
-                            driver = Driver(server.base_url, server.model_name,
-                                            plan.base.target_path, log)
-                        if warm is not None:
-                            driver.run_phases(warm.phases, "warmup")
-                        parts = []
-                        for cell in plan.cells:
-                            if not server.alive():
-                                raise ServerError(f"server for {config.name} died during the "
-                                                  f"run; log {server.log_path}")
-                            r = driver.run_cell(cell, cmd.trace_file)
-                            runs.append(results.Run(
-                                config=config.name, policy=config.policy, k=config.k,
-                                workload=cell.workload, concurrency=cell.concurrency, round=rnd,
-                                output_tok_s=round(r.output_tok_s, 3), tpot_ms=round(r.tpot_ms, 3),
-                                mean_accept_len=round(r.mean_accept_len, 4),
-                                mean_k=round(r.mean_k, 4)))
-                            parts.append(f"{cell.key}={r.output_tok_s:.0f}")
-                            bar.update()
-                    bench_s = time.monotonic() - ready
+                parts, start_s, bench_s = _run_config(plan, config, rnd, warm, bar, runs)
                 done += 1
                 elapsed = time.monotonic() - t0
                 eta = elapsed / done * (total - done)
                 bar.write(f"[{done}/{total}] round {rnd}/{plan.rounds} {config.name}: "
-                          f"{len(plan.cells)} cells in {bench_s:.0f} s (start {ready - started:.0f} s) "
+                          f"{len(plan.cells)} cells in {bench_s:.0f} s (start {start_s:.0f} s) "
                           f"tok/s {' '.join(parts)} | elapsed {format_seconds(elapsed)}, ETA {format_seconds(eta)}",
                           file=sys.stdout)
                 results.write_results(results_path, command, machine, runs)
@@ -343,6 +310,58 @@ def _execute(plan: _Plan, a: argparse.Namespace) -> int:
     finally:
         bar.close()
         signal.signal(signal.SIGTERM, old)
+    _report(plan, runs, machine, results_path)
+    return 0
+
+
+def _run_config(plan: _Plan, config: cfgs.BenchConfig, rnd: int, warm: wl.Cell | None, bar: Progress,
+                runs: list[results.Run]) -> tuple[list[str], float, float]:
+    """Serve ``config`` for round ``rnd`` and run every cell against it, appending to
+    ``runs``; returns the per-cell tok/s texts, the start-up and the benchmark seconds."""
+    from .bench_driver import Driver
+
+    out = plan.out
+    tag = f"{config.name}-r{rnd}"
+    port = free_port()
+    cmd = plan.command(config, port, tag)
+    if cmd.trace_file is not None:
+        cmd.trace_file.parent.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    server = Server(cmd, port, out / "logs" / f"{tag}.server.log")
+    with server:
+        pid = server.launch()
+        bar.write(f"  [{tag}] server pid {pid} port {port} starting (log "
+                  f"{server.log_path})", file=sys.stdout)
+        server.wait_ready(plan.start_timeout)
+        ready = time.monotonic()
+        with open(out / "logs" / f"{tag}.bench.log", "w", encoding="utf-8") as log:
+            assert server.model_name is not None
+            with contextlib.redirect_stdout(log):  # vLLM's import chatter
+                driver = Driver(server.base_url, server.model_name,
+                                plan.base.target_path, log)
+            if warm is not None:
+                driver.run_phases(warm.phases, "warmup")
+            parts = []
+            for cell in plan.cells:
+                if not server.alive():
+                    raise ServerError(f"server for {config.name} died during the "
+                                      f"run; log {server.log_path}")
+                r = driver.run_cell(cell, cmd.trace_file)
+                runs.append(results.Run(
+                    config=config.name, policy=config.policy, k=config.k,
+                    workload=cell.workload, concurrency=cell.concurrency, round=rnd,
+                    output_tok_s=round(r.output_tok_s, 3), tpot_ms=round(r.tpot_ms, 3),
+                    mean_accept_len=round(r.mean_accept_len, 4),
+                    mean_k=round(r.mean_k, 4)))
+                parts.append(f"{cell.key}={r.output_tok_s:.0f}")
+                bar.update()
+        bench_s = time.monotonic() - ready
+    return parts, ready - started, bench_s
+
+
+def _report(plan: _Plan, runs: list[results.Run], machine: dict[str, Any], results_path: pathlib.Path) -> None:
+    """Write and print the markdown report and the plot of a finished A/B."""
+    out = plan.out
     report = results.markdown_report(runs, plan.workloads)
     (out / "report.md").write_text(report, encoding="utf-8")
     from .bench_plot import plot_runs
@@ -355,4 +374,3 @@ def _execute(plan: _Plan, a: argparse.Namespace) -> int:
     print(f"report: {out / 'report.md'}")
     print(f"plot: {png}")
     print(results_path)
-    return 0

@@ -20,13 +20,16 @@ import json
 import pathlib
 from collections.abc import Sequence
 
+from vllm_hust_vspec.errors import VspecError
+from vllm_hust_vspec.settings import SettingsError, parse_schedule
+
 PLUGIN_POLICIES = ("online", "budget")
 CONFIG_NAMES = ("none", "fixed", "native_table", *PLUGIN_POLICIES)
 
 NativeTable = list[list[int]]  # [[range_start, range_end, K], ...] (inclusive ranges)
 
 
-class ConfigError(ValueError):
+class ConfigError(VspecError, ValueError):
     """A configuration list or a batch-size table is malformed."""
 
 
@@ -91,18 +94,7 @@ def parse_configs(text: str, fixed_ks: Sequence[int], kmax: int) -> list[BenchCo
 def table_from_text(text: str, source: str) -> NativeTable:
     """``"1-4:4,5-16:2"`` (inclusive batch-size ranges, the schedule syntax of
     ``--adaptive-schedule``) -> vLLM's ``[[1, 4, 4], [5, 16, 2]]``."""
-    table: NativeTable = []
-    for part in (p.strip() for p in text.split(",")):
-        if not part:
-            continue
-        try:
-            rng, k = part.split(":")
-            lo, _, hi = rng.partition("-")
-            entry = [int(lo), int(hi or lo), int(k)]
-        except ValueError:
-            raise ConfigError(f"{source}: entry {part!r} is not LO-HI:K") from None
-        table.append(entry)
-    return check_table(table, source)
+    return check_table(text, source)
 
 
 def table_from_policy(policy: dict[int, int], source: str) -> NativeTable:
@@ -119,23 +111,14 @@ def table_from_policy(policy: dict[int, int], source: str) -> NativeTable:
     return check_table(table, source)
 
 
-def check_table(table: NativeTable, source: str) -> NativeTable:
-    """The rules of vLLM's ``validate_and_normalize_dynamic_sd_schedule``, checked before any
-    server starts: positive sorted non-overlapping ranges starting at 1, K >= 0."""
-    if not table:
-        raise ConfigError(f"{source}: the batch-size table is empty")
-    prev = 0
-    for lo, hi, k in table:
-        if lo < 1 or hi < lo:
-            raise ConfigError(f"{source}: range {lo}-{hi} must satisfy 1 <= start <= end")
-        if lo <= prev:
-            raise ConfigError(f"{source}: range {lo}-{hi} overlaps or is out of order")
-        if k < 0:
-            raise ConfigError(f"{source}: K={k} for {lo}-{hi} must be >= 0")
-        prev = hi
-    if table[0][0] != 1:
-        raise ConfigError(f"{source}: the first range must start at batch size 1")
-    return table
+def check_table(table: str | NativeTable, source: str) -> NativeTable:
+    """The rules of vLLM's ``validate_and_normalize_dynamic_sd_schedule`` (the one schedule
+    parser, :func:`vllm_hust_vspec.settings.parse_schedule`), checked before any server
+    starts: positive sorted non-overlapping ranges starting at 1, K >= 0."""
+    try:
+        return [list(entry) for entry in parse_schedule(table, source)]
+    except SettingsError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def load_native_table(spec: str) -> NativeTable:

@@ -22,10 +22,12 @@ import pathlib
 from collections.abc import Sequence
 from typing import Any, TextIO
 
+from vllm_hust_vspec.errors import VspecError
+
 from .bench_workloads import Cell, Phase
 
 
-class DriveError(RuntimeError):
+class DriveError(VspecError, RuntimeError):
     """A benchmark cell failed (requests failed, nothing generated)."""
 
 

@@ -24,13 +24,15 @@ import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from vllm_hust_vspec.errors import VspecError
+
 POLICIES = ("none", "fixed", "native_table", "online", "budget")
 RUN_KEYS = ("config", "policy", "k", "workload", "concurrency", "round", "output_tok_s",
             "tpot_ms", "mean_accept_len", "mean_k")
 TOP_KEYS = ("command", "machine", "runs")
 
 
-class ResultsError(ValueError):
+class ResultsError(VspecError, ValueError):
     """A results document does not follow the schema; the message names the run and key."""
 
 

@@ -29,6 +29,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from vllm_hust_vspec import settings
+from vllm_hust_vspec.errors import VspecError
 from vllm_hust_vspec.launcher import model_store
 from vllm_hust_vspec.launcher.cli import prepare
 from vllm_hust_vspec.launcher.command import LaunchPlan
@@ -46,7 +47,7 @@ BENCH_OWNED = ("--port", "--host", "--dry-run", "--json", "--adaptive-speculatio
 FORBIDDEN_NATIVE = ("--disable-log-stats",)
 
 
-class ServerError(RuntimeError):
+class ServerError(VspecError, RuntimeError):
     """A server failed to start, died, or did not answer in time."""
 
 

@@ -28,6 +28,8 @@ import pathlib
 import random
 from collections.abc import Mapping, Sequence
 
+from vllm_hust_vspec.errors import VspecError
+
 WORKLOADS = ("code", "hard", "mixed", "shifting", "swing")
 SWING = "swing"
 SWING_PHASES = (1, 4, 16, 4, 1)
@@ -36,7 +38,7 @@ PROMPT_SETS = {"code": ("code",), "hard": ("hard",), "mixed": ("code", "hard"),
                "shifting": ("code", "hard"), "swing": ("code",)}
 
 
-class WorkloadError(ValueError):
+class WorkloadError(VspecError, ValueError):
     """A prompt set is missing or malformed, or a workload name is unknown."""
 
 

@@ -32,8 +32,9 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 
 from vllm_hust_vspec._version import __version__
+from vllm_hust_vspec.errors import VspecError
 from vllm_hust_vspec.host.probe import ProbeResult, SourceProbe
-from vllm_hust_vspec.patches.spec import FAMILY_ASCEND, FAMILY_HUST, FAMILY_VLLM, PatchSpec
+from vllm_hust_vspec.patchspec import FAMILY_ASCEND, FAMILY_HUST, FAMILY_VLLM, PatchSpec
 from vllm_hust_vspec.settings import SettingsError, canonical_method
 
 JSON_SCHEMA = "vllm-hust-vspec-doctor/1"
@@ -41,7 +42,7 @@ JSON_SCHEMA = "vllm-hust-vspec-doctor/1"
 FIRST_VLLM_FAMILY_VERSION = Version("0.24")
 
 
-class UsageError(Exception):
+class UsageError(VspecError):
     """Bad invocation: exit 2 with this message."""
 
 

@@ -40,6 +40,8 @@ from typing import Any
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
+from vllm_hust_vspec.errors import VspecError
+
 DISTRIBUTION = "vllm-hust-vspec"
 PACKAGE = "vllm_hust_vspec"
 BUNDLE_GROUP = "vllm_hust.extension_bundles"
@@ -76,7 +78,7 @@ DOTTED_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 GITHUB_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9]|-(?=[A-Za-z0-9])){0,38}$")
 
 
-class ManifestError(Exception):
+class ManifestError(VspecError):
     """Invalid manifest, metadata or package layout; ``errors`` holds one line each."""
 
     def __init__(self, errors: list[str]) -> None:
@@ -158,6 +160,18 @@ def validate_document(doc: Any, where: str = "manifest") -> list[str]:
     c = _Checker(where)
     if not c.keys(doc, "$", TOP_REQUIRED, TOP_OPTIONAL):
         return c.errors
+    _check_header(c, doc)
+    _check_host_runtime(c, doc)
+    _check_implementation(c, doc)
+    _check_requirements(c, doc)
+    _check_claims(c, doc)
+    _check_components(c, doc)
+    _check_activation(c, doc)
+    return c.errors
+
+
+def _check_header(c: _Checker, doc: Mapping[str, Any]) -> None:
+    """Schema version, id, version, kind and owner."""
     c.string(doc, "schema_version", "$", choices=SCHEMA_VERSIONS)
     if doc.get("schema_version") == "0.2-experimental":
         for key in ONLY_03:
@@ -173,6 +187,9 @@ def validate_document(doc: Any, where: str = "manifest") -> list[str]:
     c.string(doc, "kind", "$", choices=KINDS)
     c.string(doc, "lifecycle_owner", "$", choices=LIFECYCLE_OWNERS)
 
+
+def _check_host_runtime(c: _Checker, doc: Mapping[str, Any]) -> None:
+    """The host it extends and the runtime it runs in."""
     host = doc.get("host")
     if "host" in doc and c.keys(host, "$.host", ("provider", "name", "version_range"),
                                 ("api_range",)):
@@ -187,6 +204,9 @@ def validate_document(doc: Any, where: str = "manifest") -> list[str]:
         c.string(runtime, "process_scope", "$.runtime")
         c.string(runtime, "isolation", "$.runtime")
 
+
+def _check_implementation(c: _Checker, doc: Mapping[str, Any]) -> None:
+    """Protocols and implementation carriers."""
     for i, item in enumerate(c.array(doc, "protocols", "$")):
         p = f"$.protocols[{i}]"
         if c.keys(item, p, ("name", "version_range")):
@@ -210,6 +230,9 @@ def validate_document(doc: Any, where: str = "manifest") -> list[str]:
         elif len(item) < 2:
             c.err(p, f"a {item['type']} carrier needs at least one attribute besides type")
 
+
+def _check_requirements(c: _Checker, doc: Mapping[str, Any]) -> None:
+    """Required services and extensions."""
     for i, item in enumerate(c.array(doc, "requires_services", "$")):
         p = f"$.requires_services[{i}]"
         if c.keys(item, p, ("service_id", "protocol", "version_range", "endpoint_config"),
@@ -230,6 +253,9 @@ def validate_document(doc: Any, where: str = "manifest") -> list[str]:
                 c.err(p, f"duplicate dependency {item['extension_id']!r}")
             seen_ext.add(item.get("extension_id"))
 
+
+def _check_claims(c: _Checker, doc: Mapping[str, Any]) -> None:
+    """Resource claims (no duplicate resource @ scope)."""
     seen_claims: set[tuple[Any, Any]] = set()
     for i, item in enumerate(c.array(doc, "resource_claims", "$")):
         p = f"$.resource_claims[{i}]"
@@ -242,6 +268,9 @@ def validate_document(doc: Any, where: str = "manifest") -> list[str]:
                 c.err(p, f"duplicate claim {key[1]!r} @ {key[0]!r}")
             seen_claims.add(key)
 
+
+def _check_components(c: _Checker, doc: Mapping[str, Any]) -> None:
+    """Components (unique ids, contracts, planes, permissions)."""
     seen_components: set[str] = set()
     for i, item in enumerate(c.array(doc, "components", "$")):
         p = f"$.components[{i}]"
@@ -267,6 +296,9 @@ def validate_document(doc: Any, where: str = "manifest") -> list[str]:
                 and DOTTED_RE.match(ref.split(":", 1)[1])):
             c.err(f"{p}.implementation_ref", "must be 'module.path:object'")
 
+
+def _check_activation(c: _Checker, doc: Mapping[str, Any]) -> None:
+    """Activation: entry points, environment, additional config."""
     act = doc.get("activation")
     if "activation" in doc and c.keys(act, "$.activation", (),
                                       ("entry_points", "environment", "additional_config")):
@@ -281,7 +313,6 @@ def validate_document(doc: Any, where: str = "manifest") -> list[str]:
             c.err("$.activation.environment", "must map strings to strings")
         if not isinstance(act.get("additional_config", {}), dict):
             c.err("$.activation.additional_config", "must be an object")
-    return c.errors
 
 
 def declared_entry_points(doc: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -303,6 +334,15 @@ def validate_mod_metadata(doc: Any, where: str = "MOD_METADATA.json") -> list[st
                              "canonical_repository", "responsibility", "lifecycle", "scope",
                              "evidence"), ("metadata_source",)):
         return c.errors
+    _check_mod_identity(c, doc)
+    _check_mod_responsibility(c, doc)
+    _check_mod_lifecycle_scope(c, doc)
+    _check_mod_evidence(c, doc)
+    return c.errors
+
+
+def _check_mod_identity(c: _Checker, doc: Mapping[str, Any]) -> None:
+    """Schema version, ids and the canonical repository."""
     if doc.get("schema_version") != "vllm-hust-mod-metadata-v1":
         c.err("$.schema_version", "must be 'vllm-hust-mod-metadata-v1'")
     for key in ("mod_id", "repository", "display_name"):
@@ -312,6 +352,10 @@ def validate_mod_metadata(doc: Any, where: str = "MOD_METADATA.json") -> list[st
     if not (isinstance(url, str) and isinstance(repo, str)
             and url.startswith(f"https://github.com/vLLM-HUST/{repo}")):
         c.err("$.canonical_repository", "must start with https://github.com/vLLM-HUST/<repository>")
+
+
+def _check_mod_responsibility(c: _Checker, doc: Mapping[str, Any]) -> None:
+    """Organisation, maintainers and advisors."""
     resp = doc.get("responsibility")
     if "responsibility" in doc and c.keys(resp, "$.responsibility", (
             "organization", "maintainers", "advisor_status", "advisors")):
@@ -337,6 +381,10 @@ def validate_mod_metadata(doc: Any, where: str = "MOD_METADATA.json") -> list[st
             if c.keys(a, p, ("name", "relationship"), ("github",)):
                 c.string(a, "name", p)
                 c.string(a, "relationship", p)
+
+
+def _check_mod_lifecycle_scope(c: _Checker, doc: Mapping[str, Any]) -> None:
+    """Lifecycle (never enabled by default) and scope."""
     life = doc.get("lifecycle")
     if "lifecycle" in doc and c.keys(life, "$.lifecycle", (
             "status", "default_enabled", "activation_contract", "rollback_contract")):
@@ -350,6 +398,10 @@ def validate_mod_metadata(doc: Any, where: str = "MOD_METADATA.json") -> list[st
         c.string(scope, "mechanism", "$.scope")
         c.array(scope, "supported_workloads", "$.scope")
         c.array(scope, "out_of_scope", "$.scope")
+
+
+def _check_mod_evidence(c: _Checker, doc: Mapping[str, Any]) -> None:
+    """Evidence (no performance claims while unqualified) and the metadata source."""
     ev = doc.get("evidence")
     if "evidence" in doc and c.keys(ev, "$.evidence", ("qualification", "latest_result",
                                                        "index", "performance_claims")):
@@ -365,7 +417,6 @@ def validate_mod_metadata(doc: Any, where: str = "MOD_METADATA.json") -> list[st
     if "metadata_source" in doc and c.keys(src, "$.metadata_source", ("repository", "commit")):
         c.string(src, "repository", "$.metadata_source")
         c.string(src, "commit", "$.metadata_source")
-    return c.errors
 
 
 # ============================================================================ packages
@@ -491,6 +542,28 @@ def _editable_root(dist: importlib.metadata.Distribution) -> pathlib.Path | None
     return pathlib.Path(urllib.request.url2pathname(urllib.parse.urlparse(info["url"]).path))
 
 
+def _locate_manifest(ep: importlib.metadata.EntryPoint,
+                     dist: importlib.metadata.Distribution) -> tuple[pathlib.Path, str]:
+    """The one Bundle v1 manifest in the entry point's module directory, and where it was
+    found: ``RECORD`` (the installed files) or ``editable`` (an editable install's tree)."""
+    rel = pathlib.PurePosixPath(*ep.value.split("."))
+    found = [dist.locate_file(f) for f in (dist.files or [])
+             if f.parent == rel and f.name in MANIFEST_NAMES]
+    source = "RECORD"
+    if not found:
+        root = _editable_root(dist)
+        if root is not None:
+            source = "editable"
+            for base in (root / rel, root / "src" / rel):
+                if base.is_dir():
+                    found = [base / n for n in MANIFEST_NAMES if (base / n).exists()]
+                    break
+    if len(found) != 1:
+        raise ManifestError([f"{ep.name}: {rel} must contain exactly one Bundle v1 "
+                             f"manifest; found {len(found)}"])
+    return pathlib.Path(str(found[0])), source
+
+
 def _discover_one(ep: importlib.metadata.EntryPoint) -> dict[str, Any]:
     dist = ep.dist
     row: dict[str, Any] = {"bundle_id": ep.name, "valid": False}
@@ -502,22 +575,7 @@ def _discover_one(ep: importlib.metadata.EntryPoint) -> dict[str, Any]:
         if ":" in ep.value or not DOTTED_RE.match(ep.value):
             raise ManifestError([f"entry point {ep.name} = {ep.value!r} must register a static "
                                  "module directory"])
-        rel = pathlib.PurePosixPath(*ep.value.split("."))
-        found = [dist.locate_file(f) for f in (dist.files or [])
-                 if f.parent == rel and f.name in MANIFEST_NAMES]
-        source = "RECORD"
-        if not found:
-            root = _editable_root(dist)
-            if root is not None:
-                source = "editable"
-                for base in (root / rel, root / "src" / rel):
-                    if base.is_dir():
-                        found = [base / n for n in MANIFEST_NAMES if (base / n).exists()]
-                        break
-        if len(found) != 1:
-            raise ManifestError([f"{ep.name}: {rel} must contain exactly one Bundle v1 "
-                                 f"manifest; found {len(found)}"])
-        manifest = pathlib.Path(str(found[0]))
+        manifest, source = _locate_manifest(ep, dist)
         manifest_in(manifest.parent)
         doc = load_json(manifest)
         errors = validate_document(doc, str(manifest))

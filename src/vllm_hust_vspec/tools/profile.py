@@ -47,7 +47,8 @@ import numpy as np
 
 from vllm_hust_vspec.adaptive.costmodel import nnls
 from vllm_hust_vspec.adaptive.profile import ProfileError, fit_profile, load_profile
-from vllm_hust_vspec.backends.methods import draft_forwards
+from vllm_hust_vspec.errors import VspecError
+from vllm_hust_vspec.methods import draft_forwards
 from vllm_hust_vspec.launcher.errors import LaunchError
 from vllm_hust_vspec.progress import Progress, format_seconds
 from vllm_hust_vspec.settings import SettingsError
@@ -62,7 +63,7 @@ PROG = "vllm-hust-vspec-profile"
 OWNED = ("--gamma", "--adaptive-fixed-gamma")
 
 
-class ProfileToolError(Exception):
+class ProfileToolError(VspecError):
     """Bad input or a failed measurement, reported once."""
 
 

@@ -65,69 +65,87 @@ def _manifest_checks(where: str, raw: bytes, version: str) -> list[str]:
 
 
 def audit_wheel(path: pathlib.Path, version: str) -> list[str]:
-    errors: list[str] = []
     with zipfile.ZipFile(path) as whl:
         names = set(whl.namelist())
         info = f"{PACKAGE}-{version}.dist-info"
-        manifests = [n for n in names if n.startswith(f"{PACKAGE}/manifests/")
-                     and n.rsplit("/", 1)[-1] in MANIFEST_NAMES]
-        if manifests != [MANIFEST_MEMBER]:
-            errors.append(f"{path.name}: expected exactly {MANIFEST_MEMBER}, found {manifests}")
-            doc = {}
-        else:
-            raw = whl.read(MANIFEST_MEMBER)
-            errors += _manifest_checks(f"{path.name}:{MANIFEST_MEMBER}", raw, version)
-            doc = json.loads(raw) if not errors else {}
-        # entry points
-        if f"{info}/entry_points.txt" not in names:
-            errors.append(f"{path.name}: no {info}/entry_points.txt")
-        else:
-            cfg = configparser.ConfigParser(delimiters=("=",))
-            cfg.optionxform = str  # type: ignore[assignment, method-assign]
-            cfg.read_string(whl.read(f"{info}/entry_points.txt").decode())
-            bundle = dict(cfg[BUNDLE_GROUP]) if cfg.has_section(BUNDLE_GROUP) else {}
-            if bundle != {EXTENSION_ID: f"{PACKAGE}.manifests"}:
-                errors.append(f"{path.name}: entry_points.txt [{BUNDLE_GROUP}] is {bundle}, "
-                              f"expected {{{EXTENSION_ID!r}: '{PACKAGE}.manifests'}}")
-            for group, name in declared_entry_points(doc):
-                if not (cfg.has_section(group) and name in cfg[group]):
-                    errors.append(f"{path.name}: entry_points.txt lacks {group}:{name} "
-                                  "(declared by the manifest)")
-            scripts = cfg["console_scripts"] if cfg.has_section("console_scripts") else {}
-            for script in REQUIRED_SCRIPTS:
-                if script not in scripts:
-                    errors.append(f"{path.name}: console script {script} missing")
-        # METADATA
-        if f"{info}/METADATA" not in names:
-            errors.append(f"{path.name}: no {info}/METADATA")
-        else:
-            meta = email.parser.Parser().parsestr(whl.read(f"{info}/METADATA").decode())
-            if meta["Name"] != "vllm-hust-vspec" or meta["Version"] != version:
-                errors.append(f"{path.name}: METADATA says {meta['Name']} {meta['Version']}")
-        # RECORD
-        record_name = f"{info}/RECORD"
-        if record_name not in names:
-            errors.append(f"{path.name}: no {record_name}")
-        else:
-            listed = set()
-            for line in whl.read(record_name).decode().splitlines():
-                if not line.strip():
-                    continue
-                member, digest, size = line.rsplit(",", 2)
-                listed.add(member)
-                if member == record_name:
-                    continue
-                if member not in names:
-                    errors.append(f"{path.name}: RECORD lists missing {member}")
-                    continue
-                data = whl.read(member)
-                want = "sha256=" + base64.urlsafe_b64encode(
-                    hashlib.sha256(data).digest()).rstrip(b"=").decode()
-                if digest != want or size != str(len(data)):
-                    errors.append(f"{path.name}: RECORD hash/size mismatch for {member}")
-            unlisted = sorted(n for n in names - listed if not n.endswith("/"))
-            if unlisted:
-                errors.append(f"{path.name}: files not in RECORD: {unlisted}")
+        errors, doc = _wheel_manifest(whl, names, path.name, version)
+        errors += _wheel_entry_points(whl, names, path.name, info, doc)
+        errors += _wheel_metadata(whl, names, path.name, info, version)
+        errors += _wheel_record(whl, names, path.name, info)
+    return errors
+
+
+def _wheel_manifest(whl: zipfile.ZipFile, names: set[str], label: str,
+                    version: str) -> tuple[list[str], dict]:
+    """The wheel's one manifest checked, and its document ({} when it has problems)."""
+    manifests = [n for n in names if n.startswith(f"{PACKAGE}/manifests/")
+                 and n.rsplit("/", 1)[-1] in MANIFEST_NAMES]
+    if manifests != [MANIFEST_MEMBER]:
+        return [f"{label}: expected exactly {MANIFEST_MEMBER}, found {manifests}"], {}
+    raw = whl.read(MANIFEST_MEMBER)
+    errors = _manifest_checks(f"{label}:{MANIFEST_MEMBER}", raw, version)
+    return errors, json.loads(raw) if not errors else {}
+
+
+def _wheel_entry_points(whl: zipfile.ZipFile, names: set[str], label: str, info: str,
+                        doc: dict) -> list[str]:
+    """entry_points.txt: the bundle entry point, the manifest's entry points, the scripts."""
+    if f"{info}/entry_points.txt" not in names:
+        return [f"{label}: no {info}/entry_points.txt"]
+    errors = []
+    cfg = configparser.ConfigParser(delimiters=("=",))
+    cfg.optionxform = str  # type: ignore[assignment, method-assign]
+    cfg.read_string(whl.read(f"{info}/entry_points.txt").decode())
+    bundle = dict(cfg[BUNDLE_GROUP]) if cfg.has_section(BUNDLE_GROUP) else {}
+    if bundle != {EXTENSION_ID: f"{PACKAGE}.manifests"}:
+        errors.append(f"{label}: entry_points.txt [{BUNDLE_GROUP}] is {bundle}, "
+                      f"expected {{{EXTENSION_ID!r}: '{PACKAGE}.manifests'}}")
+    for group, name in declared_entry_points(doc):
+        if not (cfg.has_section(group) and name in cfg[group]):
+            errors.append(f"{label}: entry_points.txt lacks {group}:{name} "
+                          "(declared by the manifest)")
+    scripts = cfg["console_scripts"] if cfg.has_section("console_scripts") else {}
+    for script in REQUIRED_SCRIPTS:
+        if script not in scripts:
+            errors.append(f"{label}: console script {script} missing")
+    return errors
+
+
+def _wheel_metadata(whl: zipfile.ZipFile, names: set[str], label: str, info: str,
+                    version: str) -> list[str]:
+    if f"{info}/METADATA" not in names:
+        return [f"{label}: no {info}/METADATA"]
+    meta = email.parser.Parser().parsestr(whl.read(f"{info}/METADATA").decode())
+    if meta["Name"] != "vllm-hust-vspec" or meta["Version"] != version:
+        return [f"{label}: METADATA says {meta['Name']} {meta['Version']}"]
+    return []
+
+
+def _wheel_record(whl: zipfile.ZipFile, names: set[str], label: str, info: str) -> list[str]:
+    """Every RECORD line's sha256 and size, and no member left out of RECORD."""
+    record_name = f"{info}/RECORD"
+    if record_name not in names:
+        return [f"{label}: no {record_name}"]
+    errors = []
+    listed = set()
+    for line in whl.read(record_name).decode().splitlines():
+        if not line.strip():
+            continue
+        member, digest, size = line.rsplit(",", 2)
+        listed.add(member)
+        if member == record_name:
+            continue
+        if member not in names:
+            errors.append(f"{label}: RECORD lists missing {member}")
+            continue
+        data = whl.read(member)
+        want = "sha256=" + base64.urlsafe_b64encode(
+            hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        if digest != want or size != str(len(data)):
+            errors.append(f"{label}: RECORD hash/size mismatch for {member}")
+    unlisted = sorted(n for n in names - listed if not n.endswith("/"))
+    if unlisted:
+        errors.append(f"{label}: files not in RECORD: {unlisted}")
     return errors
 
 

@@ -27,7 +27,7 @@ import sys
 from collections.abc import Sequence
 
 from vllm_hust_vspec.adaptive.generators import KINDS, generate
-from vllm_hust_vspec.adaptive.policies.registry import STANDARD_POLICIES
+from vllm_hust_vspec.names import STANDARD_POLICIES
 from vllm_hust_vspec.adaptive.simulate import SimReport, Trace, TraceError, read_trace, simulate, write_trace
 
 PROG = "vllm-hust-vspec-sim"

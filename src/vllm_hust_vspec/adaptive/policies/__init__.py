@@ -2,12 +2,11 @@
 through :func:`.registry.make_policy`."""
 
 from .base import Policy, PolicyContext
-from .registry import STANDARD_POLICIES, make_policy, policy_names, register_policy
+from .registry import make_policy, policy_names, register_policy
 
 __all__ = [
     "Policy",
     "PolicyContext",
-    "STANDARD_POLICIES",
     "make_policy",
     "policy_names",
     "register_policy",

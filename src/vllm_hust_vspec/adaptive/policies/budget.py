@@ -13,7 +13,8 @@ All ``(request, position)`` slots are admitted globally in order of decreasing s
 ``B + sum of their survivals`` tokens. The policy picks the budget with the most expected
 committed tokens per ms of step cost, from the cost table when one is configured
 (``budget:PATH`` or ``cost_table``; full-step cost by (B, G = T) as in DSpark, whose drafter
-always runs the full width), else from the controller's online step-cost model.
+always runs its full depth, the table's ``draft_width``), else from the controller's online
+step-cost model; both through the step-cost protocol (:mod:`..stepcost`).
 
 On hosts where the drafter runs only ``max K_i`` passes (vLLM; the online model prices
 ``D = max(K, draft_min_steps)`` passes for the whole batch) one deep slot makes every
@@ -68,6 +69,7 @@ import numpy as np
 from ..costmodel import CostTable
 from ..estimators import log_acceptance
 from ..observations import BatchView, Decision, KiArray
+from ..stepcost import StepCost, predict_grid
 from .base import Policy, PolicyContext, decision
 from .registry import register_policy
 
@@ -116,16 +118,18 @@ class BudgetPolicy(Policy):
         self.n = 0
         self._caps_list = list(range(kmax + 1))
         levels = LEVELS
-        # per width w: x @ upper[w] = cumulative sum along the rows of x (w columns)
+        # per depth w: x @ upper[w] = cumulative sum along the rows of x (w columns)
         self._upper = [np.triu(np.ones((w, w))) for w in range(kmax + 1)]
         # bincount key of a slot: position * LEVELS + level, level = LEVELS - 1 - floor(s * _SCALE)
         self._key_base = np.arange(kmax) * levels + (levels - 1)
         self._pos_cum = np.tril(np.ones((kmax + 1, kmax)), -1)  # row D: 1 at positions < D
         self._rank_cum = np.triu(np.ones((levels, levels)))  # x @ it: cumsum over levels <= r
         self._ones = [np.ones(w) for w in range(kmax + 1)]
+        self._caps = np.arange(kmax + 1)  # depth caps D (uniform K) 0..kmax
+        self._passes: dict[int, np.ndarray] = {}  # draft_min_steps -> max(D, it) per cap, a column
+        self._uniform_key: tuple[int, int] | None = None  # (B, draft_min_steps) of _uniform_args
+        self._uniform_args: tuple[list[int], list[int]] = ([], [])
         self._sel: _Selection | None = None
-        self._col_key: tuple[int, float, float, int, float, float] | None = None
-        self._col = np.zeros((kmax + 1, 1))
         self._zeros: KiArray | None = None  # K_i = 0 for the last batch (a cap of 0)
 
     # ------------------------------------------------------------------ helpers
@@ -133,28 +137,28 @@ class BudgetPolicy(Policy):
         if isinstance(conf, np.ndarray) and (conf.ndim != 2 or conf.shape[0] != b):
             raise ValueError(f"policy 'budget': confidences of shape {conf.shape} for a batch of {b}")
 
-    def _log_survival(self, batch: BatchView, ctx: PolicyContext, b: int, width: int) -> np.ndarray:
-        """Log survival per (request, position) of the first ``width`` positions, shape
-        (B, width), from the calibrated confidences (the estimated acceptance where a
+    def _log_survival(self, batch: BatchView, ctx: PolicyContext, b: int, depth: int) -> np.ndarray:
+        """Log survival per (request, position) of the first ``depth`` positions, shape
+        (B, depth), from the calibrated confidences (the estimated acceptance where a
         request has none)."""
         conf = batch.confidences
         cal = ctx.calibration
         if isinstance(conf, np.ndarray):
             self._check_shape(conf, b)
             have = conf.shape[1]
-            if have >= width:
-                return cal.log_survival(conf if have == width else conf[:, :width])
-            log_c = np.empty((b, width))
+            if have >= depth:
+                return cal.log_survival(conf if have == depth else conf[:, :depth])
+            log_c = np.empty((b, depth))
             log_c[:, :have] = cal.log_table().take((conf * cal.bins).astype(np.intp), mode="clip")
-            log_c[:, have:] = log_acceptance(np.asarray(ctx.acceptance.estimate()[have:width], dtype=float))
+            log_c[:, have:] = log_acceptance(np.asarray(ctx.acceptance.estimate()[have:depth], dtype=float))
         else:  # rows from a mapping may be short or missing (NaN): the estimate fills in
-            given = _rows_from_mapping(conf, batch.req_ids, width)
-            est = np.asarray(ctx.acceptance.estimate()[:width], dtype=float)
+            given = _rows_from_mapping(conf, batch.req_ids, depth)
+            est = np.asarray(ctx.acceptance.estimate()[:depth], dtype=float)
             known = np.isfinite(given)
             log_c = np.where(
                 known, cal.log_table().take((np.where(known, given, 0.0) * cal.bins).astype(np.intp), mode="clip"),
                 log_acceptance(est)[None, :])
-        return log_c @ self._upper[width]
+        return log_c @ self._upper[depth]
 
     def _zero_k_i(self, ids: tuple[str, ...]) -> KiArray:
         """K_i = 0 for every request of the batch (the previous one while it is unchanged)."""
@@ -169,40 +173,28 @@ class BudgetPolicy(Policy):
         (LEVELS - 1 - rank) / _SCALE (every slot for the last rank)."""
         return -math.inf if rank >= LEVELS - 1 else math.log((LEVELS - 1 - rank) / _SCALE)
 
-    def _grid_costs(
-        self, ctx: PolicyContext, b: int, slots: np.ndarray, dmin: int
-    ) -> tuple[np.ndarray, str] | None:
-        """Approximate step ms over the whole (cap D, budget) grid from the admitted slots
-        (verify tokens ``b + slots``; drafter passes ``max(D, dmin)`` per row), vectorised:
-        the cost table, or the structural (roofline) part of the online model; None without
-        a model."""
-        if self.table is not None and self.table.covers(b, b):
-            return self.table.step_ms_many(b, slots + b), "cost table"
-        model = ctx.cost
-        if not model.ensure_fitted():
-            return None
-        c0, ct, cd = model.coef
-        t0, b0 = model.knees
-        key = (dmin, cd, max(b, b0), b, c0, ct)
-        if key != self._col_key:  # per cap D: c0 + drafter cd * max(D, dmin) * max(B, B0)
-            self._col_key = key
-            col = c0 + cd * np.maximum(np.arange(self.kmax + 1), dmin)[:, None].astype(float) * max(b, b0)
-            # once the batch alone passes the knee, ct * (b + slots) is linear: fold ct * b in
-            self._col = col + ct * b if b >= t0 else col
-        if b >= t0:
-            ms = slots * ct
-        else:  # ct * max(b + slots, T0)
-            ms = slots + b
-            np.maximum(ms, t0, out=ms)
-            ms *= ct
-        ms += self._col
-        return ms, "online model" if self.table is None else "online model (batch outside the cost table)"
+    def _pricing(self, ctx: PolicyContext, b: int) -> tuple[StepCost, str]:
+        """The step-cost model that prices a batch of ``b`` and its name for the reasons: the
+        cost table where it prices the batch (checked on the step that drafts nothing), else
+        the online model (whose prices are None until it has step times)."""
+        table = self.table
+        if table is not None and table.predict(b, b, 0) is not None:
+            return table, "cost table"
+        return ctx.cost, "online model" if table is None else "online model (batch outside the cost table)"
 
-    def _exact_ms(self, ctx: PolicyContext, b: int, verify: int, draft: int) -> float:
-        """The configured model's own price of one candidate (online: with its corrections)."""
-        if self.table is not None and self.table.covers(b, b):
-            return self.table.step_ms(b, verify) if self.table.covers(b, verify) else math.inf
-        ms = ctx.cost.predict(b, verify, draft)
+    def _grid_costs(self, model: StepCost, b: int, slots: np.ndarray, dmin: int) -> np.ndarray | None:
+        """Approximate step ms over the whole (cap D, budget) grid from the admitted slots
+        (verify tokens ``b + slots``; drafter passes ``max(D, dmin)`` per row D), vectorised
+        (the online model: its roofline, without the per-cell corrections)."""
+        passes = self._passes.get(dmin)
+        if passes is None:
+            passes = self._passes[dmin] = np.maximum(self._caps, dmin)[:, None].astype(float)
+        return predict_grid(model, b, slots + b, passes)
+
+    @staticmethod
+    def _exact_ms(model: StepCost, b: int, verify: int, draft: int) -> float:
+        """The model's own price of one candidate (online: with its corrections)."""
+        ms = model.predict(b, verify, draft)
         return math.inf if ms is None else ms
 
     # ------------------------------------------------------------------ policy
@@ -223,50 +215,76 @@ class BudgetPolicy(Policy):
             return decision(ctx, self.min_gamma, self.name, "empty batch", batch_size=b)
         if batch.confidences is None:
             return self._uniform(b, ctx, probe)
-        kmax = self.kmax
+        chosen = self._selection(batch, ctx, n, probe)
+        if chosen is None:
+            k = self.candidates[-1]
+            return decision(ctx, k, self.name, "hold: no step times yet", batch_size=b)
+        sel, log_s, held = chosen
+        k, k_i = self._admit(sel, log_s, held, probe, ids)
+        return Decision(
+            k=k,
+            k_i=k_i,
+            policy=self.name,
+            reason=self._reason(sel, probe, held),
+            est_accept=ctx.acceptance.estimate(),
+            est_cost_ms=sel.ms,
+        )
+
+    def _selection(
+        self, batch: BatchView, ctx: PolicyContext, n: int, probe: bool
+    ) -> tuple[_Selection, np.ndarray | None, bool] | None:
+        """The selection for this decision (the held one, or a new one when due; see the
+        module docstring), the log survival of the positions under its cap (None for a cap
+        of 0) and whether it is held; None without a cost model."""
+        ids = batch.req_ids
+        b = len(ids)
         sel = self._sel
         if (sel is None or n - sel.n >= sel.hold or abs(b - sel.b) * 8 > sel.b or probe
                 or ids[-1] != sel.tail):
-            log_s = self._log_survival(batch, ctx, b, kmax)
+            log_s = self._log_survival(batch, ctx, b, self.kmax)
             sel = self._select(log_s, b, ctx, n, ids[-1])
             if sel is None:
-                k = self.candidates[-1]
-                return decision(ctx, k, self.name, "hold: no step times yet", batch_size=b)
-            held = False
-            cap = sel.cap
-            if cap:
-                log_s = log_s[:, :cap]
-        else:
-            held = True
-            # only the positions under the held depth cap matter (none for a cap of 0)
-            cap = sel.cap
-            if cap:
-                log_s = self._log_survival(batch, ctx, b, cap)
-            else:
-                self._check_shape(batch.confidences, b)
+                return None
+            return sel, log_s[:, :sel.cap] if sel.cap else log_s, False
+        # only the positions under the held depth cap matter (none for a cap of 0)
+        if sel.cap:
+            return sel, self._log_survival(batch, ctx, b, sel.cap), True
+        self._check_shape(batch.confidences, b)
+        return sel, None, True
+
+    def _admit(
+        self, sel: _Selection, log_s: np.ndarray | None, held: bool, probe: bool, ids: tuple[str, ...]
+    ) -> tuple[int, KiArray]:
+        """K and the K_i of the batch under the selection's (cap, threshold), the probe's +1
+        and ``min_gamma``; flags a held selection for re-selection when the admitted slots
+        drifted."""
+        cap = sel.cap
         if cap:
             # K_i = admitted slots of request i (a prefix: survival never rises with depth);
             # the row sum as one matmul is faster than a reduction along the short axis
+            assert log_s is not None
             k_i_arr = ((log_s >= sel.thr) @ self._ones[cap]).astype(np.intp)
             if held:
                 # the admitted total drifted more than 1/8 from the selection's: re-select
                 # at the next decision
                 tot = int(k_i_arr.sum())
                 if abs(tot - sel.slots) * 8 > sel.slots:
-                    self._sel = sel = sel._replace(hold=0)
+                    self._sel = sel._replace(hold=0)
         elif probe or self.min_gamma:
-            k_i_arr = np.zeros(b, dtype=np.intp)
-        if sel.cap or probe or self.min_gamma:
-            if probe:  # one position deeper for everyone: measures what the budget left out
-                k_i_arr += 1
-                np.minimum(k_i_arr, kmax, out=k_i_arr)
-            k = int(k_i_arr.max())
-            if k < self.min_gamma:  # held thresholds (or no priced cap at all) may admit less
-                k_i_arr[k_i_arr.argmax()] = k = self.min_gamma
-            k_i = KiArray(ids, k_i_arr)
+            k_i_arr = np.zeros(len(ids), dtype=np.intp)
         else:  # a depth cap of 0 and min_gamma 0: every K_i is 0
-            k = 0
-            k_i = self._zero_k_i(ids)
+            return 0, self._zero_k_i(ids)
+        if probe:  # one position deeper for everyone: measures what the budget left out
+            k_i_arr += 1
+            np.minimum(k_i_arr, self.kmax, out=k_i_arr)
+        k = int(k_i_arr.max())
+        if k < self.min_gamma:  # held thresholds (or no priced cap at all) may admit less
+            k_i_arr[k_i_arr.argmax()] = k = self.min_gamma
+        return k, KiArray(ids, k_i_arr)
+
+    @staticmethod
+    def _reason(sel: _Selection, probe: bool, held: bool) -> str:
+        """The decision's reason (built once per selection, probe and hold)."""
         reason = sel.reasons.get((probe, held))
         if reason is None:
             surv = (LEVELS - 1 - sel.rank) / LEVELS
@@ -275,49 +293,62 @@ class BudgetPolicy(Policy):
                 f"{surv:.3g}, depth <= {sel.cap}), confidence survival, {sel.source}: "
                 f"{sel.ratio:.4g} tok/ms"
             )
-        return Decision(
-            k=k,
-            k_i=k_i,
-            policy=self.name,
-            reason=reason,
-            est_accept=ctx.acceptance.estimate(),
-            est_cost_ms=sel.ms,
-        )
+        return reason
 
     def _select(self, log_s: np.ndarray, b: int, ctx: PolicyContext, n: int, tail: str) -> _Selection | None:
-        """The best (cap D, survival level rank) for this batch: every (request, position)
-        slot is counted, and its survival summed, by (position, level) in two bincounts;
-        cumulative sums (matmuls) give
-        admitted slots and expected accepted tokens on the whole (cap, rank) grid, the grid
-        is priced by the cost model, and the REPRICE best caps are re-priced exactly.
+        """The best (cap D, survival level rank) for this batch: admitted slots and expected
+        accepted tokens on the whole (cap, rank) grid (:meth:`_slot_grid`), the grid priced
+        by the cost model, and the REPRICE best caps re-priced exactly (:meth:`_reprice`).
         None without a cost model."""
+        grid = self._slot_grid(log_s)
+        slots = grid[0]  # (cap D = 0..kmax, rank r): admitted slots
+        dmin = ctx.cost.draft_min_steps
+        model, source = self._pricing(ctx, b)
+        ms = self._grid_costs(model, b, slots, dmin)
+        if ms is None:
+            return None
+        ratio = grid[1] + b  # expected committed tokens per step
+        ratio /= ms
+        if self.min_gamma:
+            ratio[: self.min_gamma] = -np.inf
+        best_ratio, cap, r, best_ms = self._reprice(model, ctx.hysteresis, b, grid, ratio, dmin)
+        last = self._sel
+        hold = RESELECT
+        if last is not None and last.cap == cap and abs(last.rank - r) <= 1:
+            # confirmed (same cap, threshold within one level): hold it longer; after a
+            # drift (hold cut to 0) the fresh selection's slot count is the new reference
+            hold = max(RESELECT, min(2 * last.hold, MAX_HOLD if cap else MAX_HOLD_0))
+        self._sel = _Selection(n, b, cap, r, best_ratio, best_ms, source, self._threshold(r), {}, hold,
+                                int(slots.item(cap, r)), tail)
+        return self._sel
+
+    def _slot_grid(self, log_s: np.ndarray) -> np.ndarray:
+        """(admitted slots, expected accepted tokens) per (cap D = 0..kmax, rank r), shape
+        (2, kmax + 1, LEVELS): every (request, position) slot is counted, and its survival
+        summed, by (position, level) in two bincounts, then cumulated (matmuls) over
+        positions < D (a zero row for D = 0) and over levels <= r."""
         kmax = self.kmax
         levels = LEVELS
         surv = np.exp(log_s)
         keys = (self._key_base - (surv * _SCALE).astype(np.intp)).ravel()  # survival <= 1
         surv = surv.ravel()
         size = kmax * levels
-        # slots and expected tokens per (position, level), over positions < D (a zero row
-        # for D = 0), then over levels <= r
         hist = np.stack((np.bincount(keys, minlength=size), np.bincount(keys, weights=surv, minlength=size)))
-        grid = (self._pos_cum @ hist.reshape(2, kmax, levels)) @ self._rank_cum
-        slots = grid[0]  # (cap D = 0..kmax, rank r): admitted slots
-        dmin = ctx.cost.draft_min_steps
-        priced = self._grid_costs(ctx, b, slots, dmin)
-        if priced is None:
-            return None
-        ms, source = priced
-        ratio = grid[1] + b  # expected committed tokens per step
-        ratio /= ms
-        if self.min_gamma:
-            ratio[: self.min_gamma] = -np.inf
-        # the best rank under each cap; the REPRICE best caps re-priced exactly by the
-        # configured model (the online model corrects its roofline where it has data).  A
-        # cap D whose position D admits nothing duplicates D - 1 at a higher price, so it
-        # never beats it on the grid (ties go to the smaller cap); it is skipped below.
+        return (self._pos_cum @ hist.reshape(2, kmax, levels)) @ self._rank_cum
+
+    def _reprice(
+        self, model: StepCost, hysteresis: float, b: int, grid: np.ndarray, ratio: np.ndarray, dmin: int
+    ) -> tuple[float, int, int, float]:
+        """(tokens per ms, cap, rank, step ms) of the best candidate: the best rank under each
+        cap on the grid, the REPRICE best caps re-priced exactly by the model (the online
+        model corrects its roofline where it has data), the held cap kept within
+        ``hysteresis``.  A cap D whose position D admits nothing duplicates D - 1 at a
+        higher price, so it never beats it on the grid (ties go to the smaller cap); it is
+        skipped."""
+        slots = grid[0]
         br = ratio.argmax(axis=1).tolist()
         approx = ratio.max(axis=1).tolist()
-        best = (-math.inf, 0, levels - 1, math.inf)  # (ratio, cap, rank, ms)
+        best = (-math.inf, 0, LEVELS - 1, math.inf)  # (ratio, cap, rank, ms)
         last = self._sel
         kept = None  # the held cap's candidate, when it is among the re-priced ones
         done = 0
@@ -329,23 +360,15 @@ class BudgetPolicy(Policy):
             if cap and s == slots.item(cap - 1, r):
                 continue  # position `cap` admits nothing: the cap below is the same budget
             done += 1
-            c_ms = self._exact_ms(ctx, b, b + int(s), max(cap, dmin))
+            c_ms = self._exact_ms(model, b, b + int(s), max(cap, dmin))
             g = (b + grid.item(1, cap, r)) / c_ms
             if g > best[0]:
                 best = (g, cap, r, c_ms)
             if last is not None and cap == last.cap:
                 kept = (g, cap, r, c_ms)
-        if kept is not None and kept[0] >= best[0] * (1.0 - ctx.hysteresis):
+        if kept is not None and kept[0] >= best[0] * (1.0 - hysteresis):
             best = kept  # hysteresis: another cap must beat the held one by more than it
-        best_ratio, cap, r, best_ms = best
-        hold = RESELECT
-        if last is not None and last.cap == cap and abs(last.rank - r) <= 1:
-            # confirmed (same cap, threshold within one level): hold it longer; after a
-            # drift (hold cut to 0) the fresh selection's slot count is the new reference
-            hold = max(RESELECT, min(2 * last.hold, MAX_HOLD if cap else MAX_HOLD_0))
-        self._sel = _Selection(n, b, cap, r, best_ratio, best_ms, source, self._threshold(r), {}, hold,
-                                int(slots.item(cap, r)), tail)
-        return self._sel
+        return best
 
     def _uniform(self, b: int, ctx: PolicyContext, probe: bool) -> Decision:
         """Without confidences every request has the same survival curve, so admitting by
@@ -354,31 +377,20 @@ class BudgetPolicy(Policy):
         expected = ctx.acceptance.expected_committed()  # E(K), K = 0..kmax
         dmin = ctx.cost.draft_min_steps
         caps = self._caps_list
-        if self.table is not None and self.table.covers(b, b):
-            ms_grid = self.table.step_ms_many(b, np.array([b * (k + 1) for k in caps])).tolist()
-            source = "cost table"
-        else:
-            model = ctx.cost
-            if not model.ensure_fitted():
-                k = self.candidates[-1]
-                return decision(ctx, k, self.name, "hold: no step times yet", batch_size=b)
-            # the roofline part of the online model, in the order of _grid_costs (a loop over
-            # kmax + 1 scalars: this runs at every decision without confidences, where the
-            # numpy calls of _grid_costs cost more)
-            c0, ct, cd = model.coef
-            t0, b0 = model.knees
-            bb = max(b, b0)
-            ms_grid = []
-            for k in caps:
-                v = b * (k + 1)
-                ms_grid.append(c0 + ct * (v if v > t0 else t0) + cd * (k if k > dmin else dmin) * bb)
-            source = "online model" if self.table is None else "online model (batch outside the cost table)"
-        ratio = [b * e / m for e, m in zip(expected, ms_grid)]
+        model, source = self._pricing(ctx, b)
+        if self._uniform_key != (b, dmin):  # verify tokens B * (K + 1), passes max(K, dmin)
+            self._uniform_key = (b, dmin)
+            self._uniform_args = ([b * (k + 1) for k in caps], [max(k, dmin) for k in caps])
+        ms_grid = predict_grid(model, b, *self._uniform_args)
+        if ms_grid is None:
+            k = self.candidates[-1]
+            return decision(ctx, k, self.name, "hold: no step times yet", batch_size=b)
+        ratio = [b * e / m for e, m in zip(expected, ms_grid.tolist())]
         for k in range(self.min_gamma):
             ratio[k] = -math.inf
         best = (-math.inf, self.min_gamma, math.inf)
         for k in sorted(caps, key=lambda i: -ratio[i])[:REPRICE]:
-            c_ms = self._exact_ms(ctx, b, b * (k + 1), max(k, dmin))
+            c_ms = self._exact_ms(model, b, b * (k + 1), max(k, dmin))
             r = b * expected[k] / c_ms
             if r > best[0]:
                 best = (r, k, c_ms)

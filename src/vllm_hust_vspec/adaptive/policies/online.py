@@ -108,6 +108,30 @@ class OnlinePolicy(Policy):
         n = self.n
         self.n += 1
         b = len(batch.req_ids)
+        scheduled = self._scheduled_probe(n, batch, ctx)
+        if scheduled is not None:
+            return scheduled
+        if b == 0:
+            return decision(ctx, self.held, self.name, "empty batch: hold", batch_size=0)
+        table = goodput_table(ctx, b, self.candidates)
+        if table is None:
+            return decision(
+                ctx, self.held, self.name, "hold: no step times yet", batch_size=b
+            )
+        gp, costs = table
+        k, reason = self._exploit(gp, ctx)
+        return Decision(
+            k=k,
+            k_i=None,
+            policy=self.name,
+            reason=reason,
+            est_accept=ctx.acceptance.estimate(),
+            est_cost_ms=costs[k - self.candidates[0]],
+        )
+
+    def _scheduled_probe(self, n: int, batch: BatchView, ctx: PolicyContext) -> Decision | None:
+        """The warm-up or probe decision due at decision ``n`` (rules 1 and 2 of the module
+        docstring), else None; advances the probe schedule."""
         cands = self.candidates
         if self._warm_order is None:
             lo, hi = cands[0], cands[-1]
@@ -130,16 +154,12 @@ class OnlinePolicy(Policy):
                     return self._probe(k, batch, ctx, "probe")
             else:
                 self.next_probe = after + 1
-        if b == 0:
-            return decision(ctx, self.held, self.name, "empty batch: hold", batch_size=0)
-        table = goodput_table(ctx, b, cands)
-        if table is None:
-            return decision(
-                ctx, self.held, self.name, "hold: no step times yet", batch_size=b
-            )
-        gp, costs = table
+        return None
+
+    def _exploit(self, gp: list[float], ctx: PolicyContext) -> tuple[int, str]:
+        """Rule 3: K (and the reason) from the goodput of every candidate; moves the held K."""
         held = self.held
-        lo = cands[0]
+        lo = self.candidates[0]
         best_i = 0
         best_g = gp[0]
         for i in range(1, len(gp)):
@@ -149,9 +169,8 @@ class OnlinePolicy(Policy):
         best = best_i + lo
         g_held = gp[held - lo]
         if best == held:
-            reason = f"best k={best} {best_g:.4g} tok/ms"
-            k = held
-        elif best_g > g_held * (1.0 + ctx.hysteresis):
+            return held, f"best k={best} {best_g:.4g} tok/ms"
+        if best_g > g_held * (1.0 + ctx.hysteresis):
             step = ctx.max_gamma_step
             k = best if abs(best - held) <= step else held + (step if best > held else -step)
             gain = best_g / g_held - 1.0 if g_held > 0 else math.inf
@@ -160,18 +179,9 @@ class OnlinePolicy(Policy):
             else:
                 reason = f"step {held}->{k} toward {best} (+{gain:.1%})"
             self.held = k
-        else:
-            gain = best_g / g_held - 1.0 if g_held > 0 else 0.0
-            reason = f"hold k={held}: best k={best} only +{gain:.1%}"
-            k = held
-        return Decision(
-            k=k,
-            k_i=None,
-            policy=self.name,
-            reason=reason,
-            est_accept=ctx.acceptance.estimate(),
-            est_cost_ms=costs[k - lo],
-        )
+            return k, reason
+        gain = best_g / g_held - 1.0 if g_held > 0 else 0.0
+        return held, f"hold k={held}: best k={best} only +{gain:.1%}"
 
     def describe(self) -> dict:
         return {"name": self.name, "candidates": [self.candidates[0], self.candidates[-1]]}

@@ -106,7 +106,8 @@ class ProfilePolicy(Policy):
     def observe(self, result: StepResult, ctx: PolicyContext) -> None:
         ms = result.wall_ms
         b = result.batch_size
-        if ms is None or b <= 0:
+        # the correction is per K: a step that verified one K and drafted another is neither
+        if ms is None or b <= 0 or result.drafted_k != result.k_verified:
             return
         context = 0
         counted = ctx.step_counts
@@ -124,13 +125,13 @@ class ProfilePolicy(Policy):
             elif result.context_lens is not None:
                 context = int(np.sum(result.context_lens))
         predicted = self.profile.step_ms(
-            b, result.k, context, batched_tokens=b + drafted,
-            draft_steps=result.k if result.num_draft_steps is None else result.num_draft_steps,
+            b, result.k_verified, context, batched_tokens=b + drafted,
+            draft_steps=result.k_verified if result.num_draft_steps is None else result.num_draft_steps,
         )
         if predicted <= 0 or not math.isfinite(ms):
             return
         ratio = min(max(ms / predicted, CLAMP[0]), CLAMP[1])
-        key = (_bucket(b), result.k)
+        key = (_bucket(b), result.k_verified)
         old = self.factors.get(key)
         new = ratio if old is None else old + CORRECTION_WEIGHT * (ratio - old)
         self.factors[key] = new

@@ -26,9 +26,6 @@ from .sweep import SweepPolicy
 
 PolicyFactory = Callable[[str | None, int, Mapping[str, Any]], Policy]
 
-# what the simulator runs when no --policy is given (fixed K 0..kmax is always computed)
-STANDARD_POLICIES: tuple[str, ...] = ("online", "budget")
-
 _REGISTRY: dict[str, PolicyFactory] = {}
 _PLUGIN_MODULES = (
     "vllm_hust_vspec.adaptive.policies.budget",

@@ -11,62 +11,17 @@
   since the launcher's ``--gamma`` is Kmax and a larger K cannot have been meant.
 
 A K below ``min_gamma`` is raised to ``min_gamma`` (the controller's range wins).
+The table is parsed and checked by the one schedule parser,
+:func:`vllm_hust_vspec.settings.parse_schedule` (text and the host's table alike).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+from ...settings import parse_schedule
 from ..observations import BatchView, Decision
 from .base import Policy, PolicyContext, decision
-
-
-def parse_schedule_text(text: str) -> list[tuple[int, int, int]]:
-    """``'1-4:4,5-32:2'`` -> ``[(1, 4, 4), (5, 32, 2)]``; ValueError naming the entry."""
-    entries: list[tuple[int, int, int]] = []
-    for part in (p.strip() for p in str(text).split(",")):
-        if not part:
-            continue
-        try:
-            rng, k = part.split(":")
-            if "-" in rng:
-                lo_s, hi_s = rng.split("-")
-                lo, hi = int(lo_s), int(hi_s)
-            else:
-                lo = hi = int(rng)
-            entry = (lo, hi, int(k))
-        except ValueError:
-            raise ValueError(
-                f"policy 'schedule': bad entry {part!r} in {text!r} "
-                f"(expected LO-HI:K, e.g. '1-4:4,5-32:2')"
-            ) from None
-        entries.append(entry)
-    if not entries:
-        raise ValueError(f"policy 'schedule': empty table {text!r} (e.g. '1-4:4,5-32:2')")
-    return entries
-
-
-def validate_schedule(
-    entries: list[tuple[int, int, int]], kmax: int
-) -> list[tuple[int, int, int]]:
-    """Sort and check a table; ValueError naming the bad entry."""
-    out = sorted(entries)
-    prev_end = 0
-    for lo, hi, k in out:
-        if lo <= 0 or hi < lo:
-            raise ValueError(f"policy 'schedule': bad batch-size range {lo}-{hi}")
-        if k < 0 or k > kmax:
-            raise ValueError(
-                f"policy 'schedule': K={k} for batch sizes {lo}-{hi} is out of range "
-                f"[0, {kmax}] (kmax)"
-            )
-        if lo <= prev_end:
-            raise ValueError(f"policy 'schedule': range {lo}-{hi} overlaps the previous one")
-        prev_end = hi
-    if out[0][0] != 1:
-        raise ValueError(
-            f"policy 'schedule': the first range must start at batch size 1 "
-            f"(got {out[0][0]}-{out[0][1]}), as vLLM requires"
-        )
-    return out
 
 
 class SchedulePolicy(Policy):
@@ -74,10 +29,9 @@ class SchedulePolicy(Policy):
     trusted = True
 
     def __init__(
-        self, table: str | list[tuple[int, int, int]], kmax: int, min_gamma: int = 0
+        self, table: str | Sequence[Sequence[int]], kmax: int, min_gamma: int = 0
     ) -> None:
-        entries = parse_schedule_text(table) if isinstance(table, str) else list(table)
-        self.table = validate_schedule(entries, kmax)
+        self.table = parse_schedule(table, "policy 'schedule'", kmax)
         self.min_gamma = min_gamma
         # dense lookup up to the last configured batch size; beyond it: the last K
         last_end = self.table[-1][1]

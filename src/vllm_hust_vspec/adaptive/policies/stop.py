@@ -10,7 +10,7 @@ positions that pass the rule:
 * ``confidence``: the raw draft confidence ``c_j`` stays ``>= threshold`` (requests without
   confidences keep their K);
 * ``entropy``: the draft's top-k entropy ``H_j`` (nats, ``BatchView.entropies``, k =
-  :data:`~..observations.ENTROPY_TOPK`) stays ``<= entropy_threshold``: the draft is cut
+  :data:`~vllm_hust_vspec.names.ENTROPY_TOPK`) stays ``<= entropy_threshold``: the draft is cut
   before the first position whose entropy is above the threshold, i.e. where the drafter
   was unsure (requests without entropies keep their K).
 
@@ -27,12 +27,9 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from ..observations import ENTROPY_TOPK, BatchView, Decision, KiArray, ki_array
+from ...names import ENTROPY_TOPK, MAX_ENTROPY, STOP_MODES
+from ..observations import BatchView, Decision, KiArray, ki_array
 from .base import PolicyContext
-
-STOP_MODES = ("off", "survival", "confidence", "entropy")
-# the largest top-k entropy (a uniform distribution over the top ENTROPY_TOPK tokens)
-MAX_ENTROPY = math.log(ENTROPY_TOPK)
 
 
 class StopRule:

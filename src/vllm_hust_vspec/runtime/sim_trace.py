@@ -95,7 +95,7 @@ def fit_cost(samples: list[tuple[int, int, int, float]], draft_min_steps: int) -
     return cost
 
 
-class TraceRecorder:
+class SimTraceRecorder:
     """Writes the trace file; thread-safe; one per engine."""
 
     def __init__(self, path: str, kmax: int, max_num_seqs: int, draft_min_steps: int,

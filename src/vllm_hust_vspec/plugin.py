@@ -1,4 +1,10 @@
-"""What :func:`vllm_hust_vspec.register` does once the plugin is enabled."""
+"""The composition root: what :func:`vllm_hust_vspec.register` does once the plugin is enabled.
+
+The only module that imports both the patches and the runtime: it validates the settings,
+picks this process's patch set from the catalog, applies it (all or nothing), and tells the
+runtime which patches are in effect (for its active line).  Everything below it imports
+downwards only (``tests/unit/test_layering.py``).
+"""
 
 from __future__ import annotations
 
@@ -13,7 +19,8 @@ from vllm_hust_vspec.host.detect import (
     process_roles,
 )
 from vllm_hust_vspec.patches import catalog, registry
-from vllm_hust_vspec.patches.spec import FAMILY_VLLM
+from vllm_hust_vspec.patchspec import FAMILY_VLLM
+from vllm_hust_vspec.runtime.announce import record_patches
 
 logger = logging.getLogger("vllm_hust_vspec")
 
@@ -47,5 +54,6 @@ def activate() -> list[str]:
     family = host_family()
     patches = catalog.patches_for(process_roles(), family, graph_capable(), platform_name())
     names = registry.apply(patches)
+    record_patches(registry.applied())
     logger.debug("vllm-hust-vspec: patches in effect: %s", names)
     return names

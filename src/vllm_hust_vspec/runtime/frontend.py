@@ -1,0 +1,56 @@
+"""The front end's part (the process that builds the configs): the ``SpeculativeConfig`` the
+host just built, checked against the plugin's settings and put in dynamic-SD mode.
+
+Called once per config by the ``dynamic-sd-config`` patch; :func:`widen_capture_sizes` by the
+``capture-sizes`` patch (graph-capable hosts).  Pure Python (no vLLM import).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from vllm_hust_vspec import settings as settings_mod
+from vllm_hust_vspec.capture import capture_sizes
+from vllm_hust_vspec.host.detect import host_label, process_label
+from vllm_hust_vspec.runtime.announce import announce, patches_in_effect
+from vllm_hust_vspec.runtime.controller_factory import check_settings
+from vllm_hust_vspec.runtime.specconfig import prepare_speculative_config
+
+
+def configure_speculative(config: Any, target_parallel_config: Any) -> Any:
+    """``config`` (a host ``SpeculativeConfig`` or None) prepared for the controller
+    (guards and the ``[(1, 1, Kmax)]`` table in :mod:`~.specconfig`) when the plugin is
+    enabled in this process; returned as given otherwise.  Bad settings raise here, before
+    any model loads."""
+    if config is None or os.environ.get(settings_mod.ENABLE_ENV) != "1":
+        return config
+    settings = settings_mod.from_env()
+    user_table = config.num_speculative_tokens_per_batch_size
+    prepare_speculative_config(
+        config,
+        settings,
+        data_parallel_size=int(getattr(target_parallel_config, "data_parallel_size", 1)),
+    )
+    check_settings(settings, config.num_speculative_tokens, user_table)
+    policy = settings.adaptive_policy if settings.adaptive_speculation else "fixed"
+    announce(host_label(), process_label(), policy, config.num_speculative_tokens,
+             patches_in_effect())
+    return config
+
+
+def widen_capture_sizes(vllm_config: Any) -> None:
+    """The host's capture sizes (``vllm_config.compilation_config``, which the user did not
+    set) joined by ``n * (K + 1)`` for every verify width the controller may pick, capped at
+    the host's largest capture size.  Nothing without speculation or without graphs."""
+    spec = vllm_config.speculative_config
+    comp = vllm_config.compilation_config
+    sizes = comp.cudagraph_capture_sizes
+    if spec is None or not sizes or not spec.num_speculative_tokens:
+        return
+    cap = comp.max_cudagraph_capture_size or max(sizes)
+    extra = capture_sizes(
+        vllm_config.scheduler_config.max_num_seqs, spec.num_speculative_tokens, policy="auto",
+        kmin=settings_mod.from_env().adaptive_min_gamma, max_num_batched_tokens=cap,
+    )
+    comp.cudagraph_capture_sizes = sorted(set(sizes) | set(extra))

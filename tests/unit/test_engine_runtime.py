@@ -1,0 +1,203 @@
+"""The engine runtime (runtime/engine.py) driven without vLLM.
+
+The scheduler, its requests and its step outputs are plain stand-in objects that carry only
+the attributes the runtime reads (the host's ``Scheduler`` needs a model to build); the
+calls are the ones the patches make, in the host's order: ``schedule()`` asks the K lookup,
+``update_from_output`` wraps the step's verification (``spec-stats`` reports inside it),
+``update_draft_token_ids`` hands over the next drafts.  The real-host tests
+(tests/host/test_plugin_*.py) run the same runtime inside vLLM.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from types import SimpleNamespace
+
+import pytest
+
+from vllm_hust_vspec import methods
+from vllm_hust_vspec import settings as settings_mod
+from vllm_hust_vspec.calibration.forced import ForcedWidth
+from vllm_hust_vspec.runtime.engine import EngineRuntime, KLookup, runtime_of
+
+pytestmark = pytest.mark.unit
+
+
+@dataclasses.dataclass
+class Request:
+    request_id: str
+    num_tokens: int = 20
+    num_output_tokens: int = 0
+    is_prefill_chunk: bool = False
+    arrival_time: float = 0.0
+    spec_token_ids: list[int] = dataclasses.field(default_factory=list)
+
+    def is_finished(self) -> bool:
+        return False
+
+
+@dataclasses.dataclass
+class DraftTokenIds:
+    req_ids: list[str]
+    draft_token_ids: list[list[int]]
+
+
+def scheduler(method: str = "draft_model", kmax: int = 4, n: int = 2, async_: bool = False):
+    reqs = [Request(f"r{i}") for i in range(n)]
+    spec = SimpleNamespace(method=method, num_speculative_tokens_per_batch_size=[(1, 1, kmax)])
+    return SimpleNamespace(
+        vllm_config=SimpleNamespace(speculative_config=spec), num_spec_tokens=kmax,
+        scheduler_config=SimpleNamespace(max_num_seqs=8, async_scheduling=async_),
+        running=reqs, requests={r.request_id: r for r in reqs})
+
+
+def runtime(sched, **values) -> EngineRuntime:
+    rt = EngineRuntime(sched, settings_mod.Settings(values))
+    seen = []
+    observe = rt.controller.observe
+
+    def spy(result):  # every StepResult the controller is given, in order
+        seen.append(result)
+        observe(result)
+
+    rt.controller.observe = spy
+    rt.seen = seen
+    return rt
+
+
+def step_output(sched, drafts: dict[str, int]):
+    """A pure decode step's SchedulerOutput and ModelRunnerOutput: each running request
+    scheduled with ``drafts[id]`` draft tokens."""
+    ids = [r.request_id for r in sched.running]
+    spec = {r: [0] * drafts.get(r, 0) for r in ids}
+    out = SimpleNamespace(
+        num_scheduled_tokens={r: 1 + len(spec[r]) for r in ids},
+        scheduled_spec_decode_tokens={r: t for r, t in spec.items() if t},
+        total_num_scheduled_tokens=sum(1 + len(t) for t in spec.values()),
+        num_spec_tokens_to_schedule=max(drafts.values(), default=0))
+    mro = SimpleNamespace(sampled_token_ids=[[1] for _ in ids],
+                          req_id_to_index={r: i for i, r in enumerate(ids)})
+    return out, mro
+
+
+def run_step(rt, sched, drafted: dict[str, int], accept: int = 1) -> int:
+    """One engine step as the host calls the patches: the decision, the verification of the
+    drafts made by the step before (``drafted``), the new drafts; returns the host's K."""
+    k_host = KLookup(rt)[len(sched.running)]
+    out, mro = step_output(sched, drafted)
+    with rt.output_step(out, mro):
+        for rid, d in drafted.items():
+            rt.on_verified(rid, d, min(accept, d), None)
+            sched.requests[rid].num_output_tokens += 1 + min(accept, d)
+    new = DraftTokenIds([r.request_id for r in sched.running],
+                        [[7] * k_host for _ in sched.running])
+    kept = rt.trimmed(new)
+    return k_host, {r: len(t) for r, t in zip(kept.req_ids, kept.draft_token_ids)}
+
+
+def test_a_0_to_3_jump_prices_k0_with_the_methods_drafter_passes():
+    """Step 4 verifies drafts of K = 0 and drafts K = 3: its result says so (two Ks), its
+    drafter passes are those of K = 3, and the controller keeps the method's K = 0 passes (1
+    for draft_model) instead of learning 3 from the mix (the old bug)."""
+    sched = scheduler(kmax=4)
+    rt = runtime(sched, adaptive_policy="sweep", adaptive_sweep=[0, 0, 0, 3, 3, 3])
+    drafted = dict.fromkeys(rt.scheduler.requests, 0)
+    for _ in range(6):
+        k, drafted = run_step(rt, sched, drafted)
+    jump = rt.seen[3]
+    assert (jump.step, jump.k_verified, jump.k_drafted) == (4, 0, 3)
+    assert jump.num_draft_steps == methods.draft_forwards("draft_model", 3) == 3
+    assert rt.seen[4].k_verified == rt.seen[4].k_drafted == 3
+    assert [r.k_verified for r in rt.seen] == [4, 0, 0, 0, 3, 3]  # the first drafts: Kmax
+    assert rt.controller.cost.draft_min_steps == methods.draft_forwards("draft_model", 0) == 1
+
+
+def test_decide_output_trim_with_a_fixed_k_method():
+    """A proposer that asserts K == Kmax (suffix) drafts Kmax; the decided K cuts each
+    request's drafts and the async placeholders."""
+    sched = scheduler(method="suffix", kmax=4)
+    rt = runtime(sched, adaptive_policy="fixed", adaptive_fixed_gamma=2)
+    k_host, kept = run_step(rt, sched, dict.fromkeys(sched.requests, 0))
+    assert k_host == 4
+    assert kept == {"r0": 2, "r1": 2}
+    assert rt.draft_limit("r0") == 2
+    out, _ = step_output(sched, dict.fromkeys(sched.requests, 4))
+    rt.cut_placeholders(out)
+    assert [r.spec_token_ids for r in sched.running] == [[-1, -1], [-1, -1]]
+    assert rt.seen[0].num_draft_steps == 0  # suffix runs no drafter model
+
+
+def test_the_k_pipeline_under_async_scheduling():
+    """Two decisions before the first output (async scheduling): each output pairs the K
+    it verified with the K it drafted, in order."""
+    sched = scheduler(kmax=4, async_=True)
+    rt = runtime(sched, adaptive_policy="sweep", adaptive_sweep=[1, 3, 2])
+    lookup = KLookup(rt)
+    assert [lookup[2], lookup[2]] == [1, 3]
+    for drafted in (4, 1):
+        out, mro = step_output(sched, dict.fromkeys(sched.requests, drafted))
+        with rt.output_step(out, mro):
+            for rid in sched.requests:
+                rt.on_verified(rid, drafted, 0, None)
+    assert lookup[2] == 2
+    out, mro = step_output(sched, dict.fromkeys(sched.requests, 3))
+    with rt.output_step(out, mro):
+        pass
+    assert [(r.step, r.k_verified, r.k_drafted) for r in rt.seen] == [(1, 4, 1), (2, 1, 3),
+                                                                      (3, 3, 2)]
+    assert [int(r.drafted.sum()) for r in rt.seen[:2]] == [8, 2]
+    assert rt.seen[2].drafted is None  # nothing verified in that step
+
+
+def test_invalid_drafts_are_not_counted_as_verified():
+    sched = scheduler(kmax=4, n=1)
+    rt = runtime(sched, adaptive_policy="sweep", adaptive_sweep=[4])
+    KLookup(rt)[1]
+    out, mro = step_output(sched, {"r0": 4})
+    with rt.output_step(out, mro):
+        rt.on_verified("r0", 4, 1, {"r0": 2})
+        rt.on_verified("r0", 0, 0, None)  # no drafts: not a verification
+    assert rt.seen[0].drafted.tolist() == [2]
+
+
+def test_a_forced_width_keeps_the_controller_out_and_hands_back_cleanly():
+    sched = scheduler(kmax=4)
+    rt = runtime(sched, adaptive_policy="fixed", adaptive_fixed_gamma=1)
+    run_step(rt, sched, dict.fromkeys(sched.requests, 0))
+    forced = ForcedWidth(3, rt.kmax, rt.varies_k)
+    rt.override_width(forced)
+    assert not rt.wants_draft_signals
+    for _ in range(3):
+        k_host, kept = run_step(rt, sched, dict.fromkeys(sched.requests, 3))
+        assert k_host == 3 and kept == {"r0": 3, "r1": 3}
+    assert len(rt.seen) == 1 and rt.controller.decisions == 1
+    assert [(s.batch, s.rows, s.prefill) for s in forced.steps] == [(2, 8, False)] * 3
+    rt.override_width(None)
+    run_step(rt, sched, dict.fromkeys(sched.requests, 3))
+    # the first result after the hand-back verified drafts made at the host's Kmax
+    assert (rt.seen[1].k_verified, rt.seen[1].k_drafted) == (4, 1)
+    assert rt.controller.decisions == 2
+
+
+def test_listeners_see_where_each_request_accepted_drafts():
+    sched = scheduler(kmax=2, n=1)
+    rt = runtime(sched, adaptive_policy="sweep", adaptive_sweep=[2])
+    events = []
+    rt.outputs.listeners.append(lambda req, pos, acc: events.append((req.request_id, pos, acc)))
+    drafted = {"r0": 0}
+    for _ in range(3):
+        _, drafted = run_step(rt, sched, drafted, accept=2)
+    # output positions 0 (no drafts yet), 1 (accepted 2 -> tokens 1, 2, 3), 4
+    assert events == [("r0", 0, 0), ("r0", 1, 2), ("r0", 4, 2)]
+
+
+def test_runtime_of_finds_only_an_attached_runtime(monkeypatch):
+    from vllm_hust_vspec.runtime.engine import attach
+
+    sched = scheduler()
+    monkeypatch.delenv(settings_mod.ENABLE_ENV, raising=False)
+    assert attach(sched) is None and runtime_of(sched) is None
+    monkeypatch.setenv(settings_mod.ENABLE_ENV, "1")
+    rt = attach(sched)
+    assert runtime_of(sched) is rt
+    assert isinstance(sched.dynamic_sd_lookup, KLookup)

@@ -1,0 +1,50 @@
+"""The front end's part of the plugin (runtime/frontend.py) on stand-in configs.
+
+The host's ``VllmConfig`` needs a model to build; these stand-ins carry only the attributes
+the functions read.  The real front end runs them in tests/host (``dynamic-sd-config``) and
+tests/cli (the launcher's capture sizes use the same ``capture.capture_sizes``)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from vllm_hust_vspec import settings as settings_mod
+from vllm_hust_vspec.capture import capture_sizes
+from vllm_hust_vspec.runtime.frontend import configure_speculative, widen_capture_sizes
+
+pytestmark = pytest.mark.unit
+
+
+def _config(sizes, kmax=3, max_cap=None):
+    return SimpleNamespace(
+        speculative_config=None if kmax is None else SimpleNamespace(num_speculative_tokens=kmax),
+        compilation_config=SimpleNamespace(cudagraph_capture_sizes=sizes,
+                                           max_cudagraph_capture_size=max_cap),
+        scheduler_config=SimpleNamespace(max_num_seqs=8))
+
+
+def test_every_verify_width_gets_a_capture_size_under_the_hosts_cap(monkeypatch):
+    monkeypatch.delenv("HUST_VSPEC_ADAPTIVE_MIN_GAMMA", raising=False)
+    cfg = _config([1, 2, 4, 8, 16])
+    widen_capture_sizes(cfg)
+    want = sorted({1, 2, 4, 8, 16} | set(capture_sizes(8, 3, max_num_batched_tokens=16)))
+    assert cfg.compilation_config.cudagraph_capture_sizes == want
+    assert {2 * (k + 1) for k in range(1, 4)} <= set(want)  # n = 2, every K
+    assert max(want) == 16
+
+
+@pytest.mark.parametrize("sizes, kmax", [([], 3), ([1, 2], None), ([1, 2], 0)])
+def test_no_graphs_or_no_speculation_leaves_the_sizes(sizes, kmax):
+    cfg = _config(list(sizes), kmax=kmax)
+    widen_capture_sizes(cfg)
+    assert cfg.compilation_config.cudagraph_capture_sizes == list(sizes)
+
+
+def test_the_config_is_untouched_while_the_plugin_is_off(monkeypatch):
+    monkeypatch.delenv(settings_mod.ENABLE_ENV, raising=False)
+    spec = SimpleNamespace(num_speculative_tokens_per_batch_size=None, num_speculative_tokens=3)
+    assert configure_speculative(spec, SimpleNamespace(data_parallel_size=1)) is spec
+    assert spec.num_speculative_tokens_per_batch_size is None
+    assert configure_speculative(None, None) is None
