@@ -131,7 +131,7 @@ def calibrated(fixtures_dir, prompts, tmp_path_factory):
                 "decisions": rt.controller.decisions, "steps": rt.controller.steps,
                 "requests": len(scheduler.requests),
                 "kv_usage": scheduler.get_kv_cache_usage(),
-                "width": rt.width_override, "table": rt.controller.policy.table,
+                "width": rt.k_override, "table": rt.controller.policy.table,
                 "trace_lines": len(trace.read_text().splitlines()) if trace.exists() else 0,
             }
             tokens = greedy(llm, prompts, MAX_TOKENS)
@@ -251,7 +251,7 @@ def test_saved_table_skips_calibration(calibrated, fixtures_dir, prompts, baseli
 @pytest.mark.parametrize("field,value", [("model_id", "/models/another-model"),
                                          ("draft_width", KMAX + 1)])
 def test_incompatible_table_is_refused_at_start(calibrated, fixtures_dir, tmp_path, field, value):
-    from vllm_hust_vspec.calibration.grid import CalibrationError
+    from vllm_hust_vspec.startup_cost.grid import CalibrationError
 
     doc = _doc(calibrated["table"])
     doc[field] = value
@@ -268,7 +268,7 @@ def test_incompatible_table_is_refused_at_start(calibrated, fixtures_dir, tmp_pa
 def test_time_cap_without_a_fittable_subset_is_a_clear_error(fixtures_dir, tmp_path):
     """A time cap that ends before any point completes stops the start with an error naming
     the grid file and ``time_cap_s`` (the measured requests are purged either way)."""
-    from vllm_hust_vspec.calibration.grid import CalibrationError
+    from vllm_hust_vspec.startup_cost.grid import CalibrationError
 
     grid = tmp_path / "grid.json"
     grid.write_text(json.dumps({**GRID, "time_cap_s": 0.001}))

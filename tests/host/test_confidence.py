@@ -129,7 +129,7 @@ def _budget_run(llm, prompts, trace, monkeypatch):
     decisions, results = decisions[len(before_d):], results[len(before_r):]
     return {"got": got, "spy": spy, "computed": counter.n, "decisions": decisions,
             "results": results, "outcomes": {k: list(v) for k, v in rt.confidence_outcomes.items()},
-            "calibrated": rt.controller.calibration.samples, "wants": rt.wants_draft_signals}
+            "calibrated": rt.controller.confidence_map.samples, "wants": rt.wants_draft_signals}
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ import pytest
 
 from vllm_hust_vspec.adaptive.controller import Controller, ControllerConfig
 from vllm_hust_vspec.adaptive.costmodel import CostTableError
-from vllm_hust_vspec.adaptive.estimators import AcceptanceEstimator, ConfidenceCalibrator, StepCostModel
+from vllm_hust_vspec.adaptive.estimators import AcceptanceEstimator, ConfidenceMap, StepCostModel
 from vllm_hust_vspec.adaptive.generators import generate
 from vllm_hust_vspec.adaptive.observations import BatchView, RequestResult, StepResult
 from vllm_hust_vspec.adaptive.policies.base import PolicyContext
@@ -32,7 +32,7 @@ def _ctx(accept=0.7, cost_samples=None, exploration=0.0):
     # truth: ms = 10 + 0.5 * T + 1 * D * B  (no knees)
     for b, t, d in cost_samples or [(b, b * (k + 1), k) for b in (1, 4, 8) for k in range(KMAX + 1)]:
         cost.add(b, t, d, 10 + 0.5 * t + 1.0 * d * b)
-    return PolicyContext(kmax=KMAX, min_gamma=0, acceptance=acc, cost=cost, calibration=ConfidenceCalibrator(),
+    return PolicyContext(kmax=KMAX, min_gamma=0, acceptance=acc, cost=cost, confidence_map=ConfidenceMap(),
                          rng=np.random.default_rng(0), exploration=exploration, warmup_samples=1)
 
 
@@ -149,7 +149,7 @@ def test_budget_through_controller_learns_calibration():
                 acc += 1
             res.append(RequestResult(rid, k, acc, 0, tuple(conf[i, :k])))
         ctl.observe(StepResult(step, 16, d.k, tuple(res), 10 + 0.5 * sum(1 + r.drafted for r in res), d.k))
-    table = ctl.calibration.table()
+    table = ctl.confidence_map.table()
     # learnt c**2 where the budget drafts (high confidence), not the identity prior
     # (identity prior: 0.75, 0.85, 0.95 in bins 7, 8, 9; truth c**2: ~0.56, ~0.72, ~0.90)
     # (bin 9 alone, ~75 decayed samples of p ~0.9, is within noise of its prior)
@@ -276,7 +276,7 @@ def test_histogram_selection_is_near_the_exact_rule(seed):
     ids = tuple(f"r{i}" for i in range(b))
     pol = _warm(BudgetPolicy(KMAX))
     d = pol.decide(BatchView(0, ids, confidences=conf), ctx)
-    table = ctx.calibration.table_array()
+    table = ctx.confidence_map.table_array()
     surv = np.cumprod(table[np.minimum((conf * len(table)).astype(int), len(table) - 1)], axis=1)
 
     def value(k_i):

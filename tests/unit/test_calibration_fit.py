@@ -1,4 +1,4 @@
-"""The CPU side of the start-up calibration (calibration/fit.py): the held-out check on
+"""The CPU side of the start-up calibration (startup_cost/fit.py): the held-out check on
 windows whose step time follows an additive model, and the refusal of a subset that cannot
 be fitted."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from vllm_hust_vspec.calibration.fit import Window, by_point, holdout_error, subset_problem
+from vllm_hust_vspec.startup_cost.fit import Window, by_point, holdout_error, subset_problem
 
 pytestmark = pytest.mark.unit
 

@@ -10,7 +10,7 @@ import pytest
 
 from vllm_hust_vspec import settings
 from vllm_hust_vspec.adaptive.costmodel import CostTable
-from vllm_hust_vspec.calibration import (
+from vllm_hust_vspec.startup_cost import (
     CalibrationError,
     CalibrationGrid,
     ContextRange,

@@ -17,7 +17,7 @@ import pytest
 
 from vllm_hust_vspec import methods
 from vllm_hust_vspec import settings as settings_mod
-from vllm_hust_vspec.calibration.forced import ForcedWidth
+from vllm_hust_vspec.startup_cost.forced import ForcedK
 from vllm_hust_vspec.runtime.engine import EngineRuntime, KLookup, runtime_of
 
 pytestmark = pytest.mark.unit
@@ -164,15 +164,15 @@ def test_a_forced_width_keeps_the_controller_out_and_hands_back_cleanly():
     sched = scheduler(kmax=4)
     rt = runtime(sched, adaptive_policy="fixed", adaptive_fixed_gamma=1)
     run_step(rt, sched, dict.fromkeys(sched.requests, 0))
-    forced = ForcedWidth(3, rt.kmax, rt.varies_k)
-    rt.override_width(forced)
+    forced = ForcedK(3, rt.kmax, rt.varies_k)
+    rt.override_k(forced)
     assert not rt.wants_draft_signals
     for _ in range(3):
         k_host, kept = run_step(rt, sched, dict.fromkeys(sched.requests, 3))
         assert k_host == 3 and kept == {"r0": 3, "r1": 3}
     assert len(rt.seen) == 1 and rt.controller.decisions == 1
     assert [(s.batch, s.rows, s.prefill) for s in forced.steps] == [(2, 8, False)] * 3
-    rt.override_width(None)
+    rt.override_k(None)
     run_step(rt, sched, dict.fromkeys(sched.requests, 3))
     # the first result after the hand-back verified drafts made at the host's Kmax
     assert (rt.seen[1].k_verified, rt.seen[1].k_drafted) == (4, 1)

@@ -9,7 +9,7 @@ import pytest
 
 from vllm_hust_vspec.adaptive.estimators import (
     AcceptanceEstimator,
-    ConfidenceCalibrator,
+    ConfidenceMap,
     StepCostModel,
     _pav,
     position_counts,
@@ -187,7 +187,7 @@ def test_pav_monotone():
 
 def test_calibration_learns_map():
     rng = np.random.default_rng(2)
-    cal = ConfidenceCalibrator(bins=10, weight=0.002, max_requests=64)
+    cal = ConfidenceMap(bins=10, weight=0.002, max_requests=64)
     for _ in range(300):
         conf = rng.random((64, 4))
         ok = rng.random((64, 4)) < conf**2  # over-confident drafter
@@ -212,7 +212,7 @@ def test_calibration_arrays_counts_by_hand():
     rng = np.random.default_rng(5)
     bins = 10
     for batch, steps in ((8, 6), (40, 8), (256, 24)):
-        cal = ConfidenceCalibrator(bins=bins, weight=0.05, max_requests=16)
+        cal = ConfidenceMap(bins=bins, weight=0.05, max_requests=16)
         period = min(8, max(1, batch // 16))
         tried = np.zeros(bins)
         acc = np.zeros(bins)
@@ -244,7 +244,7 @@ def test_calibration_log_survival():
     """The calibrated log survival the budget policy and the survival stop share: the
     cumulative sum of log(table[bin]) along each row; out-of-range confidences go to the
     end bins."""
-    cal = ConfidenceCalibrator(bins=10)
+    cal = ConfidenceMap(bins=10)
     conf = np.array([[0.95, 0.55, 0.05], [1.5, -0.2, 0.35]])
     table = cal.table_array()
     want = np.cumsum(np.log(table[[[9, 5, 0], [9, 0, 3]]]), axis=1)

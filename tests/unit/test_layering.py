@@ -8,7 +8,7 @@ nothing else (imports inside functions count the same as module-level ones):
     schema       settings
     core         adaptive (the controller, pure Python), host (detection, static probe), methods
     runtime      the engine glue the patches call into
-    calibration  the start-up cost table (drives the runtime)
+    startup_cost the start-up calibration: the cost table (drives the runtime)
     patches      one module per host patch; each wrapper makes one call into the layers below
     plugin       the composition root: the only module that imports patches and runtime both
     launcher     the ``vllm-hust-vspec`` launcher
@@ -35,7 +35,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("settings",),
     ("adaptive", "host", "methods"),
     ("runtime",),
-    ("calibration",),
+    ("startup_cost",),
     ("patches",),
     ("plugin",),
     ("launcher",),

@@ -99,7 +99,7 @@ def test_vspec_error_line():
 ERROR_CLASSES = [
     ("vllm_hust_vspec.settings", "SettingsError", ValueError),
     ("vllm_hust_vspec.launcher.errors", "LaunchError", ValueError),
-    ("vllm_hust_vspec.calibration.grid", "CalibrationError", ValueError),
+    ("vllm_hust_vspec.startup_cost.grid", "CalibrationError", ValueError),
     ("vllm_hust_vspec.adaptive.costmodel", "CostTableError", ValueError),
     ("vllm_hust_vspec.adaptive.profile", "ProfileError", ValueError),
     ("vllm_hust_vspec.adaptive.simulate", "TraceError", ValueError),
@@ -128,7 +128,7 @@ def test_loader_errors_take_source_field_message():
     from vllm_hust_vspec.adaptive.costmodel import CostTableError
     from vllm_hust_vspec.adaptive.profile import ProfileError
     from vllm_hust_vspec.adaptive.simulate import TraceError
-    from vllm_hust_vspec.calibration.grid import CalibrationError
+    from vllm_hust_vspec.startup_cost.grid import CalibrationError
 
     assert str(CalibrationError("a.json", "contexts[0]", "bad")) == "a.json: contexts[0]: bad"
     cost = CostTableError("t.json", "dtype", "differs")

@@ -151,5 +151,5 @@ def test_controller_learns_the_same_from_the_arrays_as_from_request_results():
         for rid, d, a in counts)))
     assert fast.acceptance.estimate() == pytest.approx(slow.acceptance.estimate())
     assert fast.stats["acceptance_rate"] == pytest.approx(slow.stats["acceptance_rate"])
-    assert fast.calibration.samples == slow.calibration.samples
-    assert fast.calibration.samples == c.outcomes["accepted"][2] + c.outcomes["rejected"][2] == 6
+    assert fast.confidence_map.samples == slow.confidence_map.samples
+    assert fast.confidence_map.samples == c.outcomes["accepted"][2] + c.outcomes["rejected"][2] == 6

@@ -1,7 +1,7 @@
 """The adaptive controller core: pure Python + numpy (no vLLM, no torch).
 
 * :mod:`.observations` -- the data the engine and the controller exchange;
-* :mod:`.estimators` -- acceptance per position, step-cost model, confidence calibration;
+* :mod:`.estimators` -- acceptance per position, step-cost model, confidence map;
 * :mod:`.policies` -- fixed, schedule, online, sweep (+ budget, profile), per-request stop;
 * :mod:`.controller` -- :class:`Controller` with ``observe()`` / ``decide()``;
 * :mod:`.trace` -- decision-trace records.

@@ -26,7 +26,7 @@ Cost: observe()+decide() is a few tens of microseconds at batch 256 (tests/unit/
 test_decide_speed.py) when the engine passes the per-request counts as arrays
 (``StepResult(drafted=..., accepted=..., confidences=...)`` with ``results=()``, as the
 plugin's engine does); one :class:`RequestResult` per request costs ~13 microseconds more to
-count at batch 256 (and the confidence calibration reads their tuples in Python).  Per-request
+count at batch 256 (and the confidence map reads their tuples in Python).  Per-request
 K_i come back as a :class:`~.observations.KiArray` from the per-request policies: read them
 in batch order with :func:`~.observations.ki_array`.
 Online-policy guarantees count *policy decisions*, i.e. steps / ``control_interval``.
@@ -46,7 +46,7 @@ from .. import settings as schema
 
 from .estimators import (
     AcceptanceEstimator,
-    ConfidenceCalibrator,
+    ConfidenceMap,
     StepCostModel,
     position_counts,
     position_counts_arrays,
@@ -168,13 +168,13 @@ class Controller:
             kmax, weight=config.ewma_weight, **config.extra.get("acceptance", {})
         )
         self.cost = StepCostModel(window=config.window, **config.extra.get("cost", {}))
-        self.calibration = ConfidenceCalibrator()
+        self.confidence_map = ConfidenceMap()
         self.ctx = PolicyContext(
             kmax=kmax,
             min_gamma=config.min_gamma,
             acceptance=self.acceptance,
             cost=self.cost,
-            calibration=self.calibration,
+            confidence_map=self.confidence_map,
             rng=np.random.default_rng(config.seed),
             hysteresis=config.hysteresis,
             max_gamma_step=config.max_gamma_step,
@@ -201,9 +201,9 @@ class Controller:
         )
         self._trusted = bool(getattr(type(self.policy), "trusted", False))
         policy_conf = bool(getattr(self.policy, "uses_confidences", False))
-        # the calibration is read by the budget policy and the survival stop only
-        self._want_calibration = policy_conf or config.stop == "survival"
-        self._want_conf = self._want_calibration or config.stop == "confidence"
+        # the confidence map is read by the budget policy and the survival stop only
+        self._want_confidence_map = policy_conf or config.stop == "survival"
+        self._want_conf = self._want_confidence_map or config.stop == "confidence"
         self._interval = config.control_interval
         self._trace = config.trace
         self._last: Decision | None = None
@@ -222,7 +222,7 @@ class Controller:
 
     @property
     def wants_confidences(self) -> bool:
-        """True when the policy or the stop uses draft confidences (and the calibration is
+        """True when the policy or the stop uses draft confidences (and the confidence map is
         kept): the engine asks its drafters for them only then."""
         return self._want_conf
 
@@ -276,11 +276,11 @@ class Controller:
             self.acceptance.update_counts(tried, acc)
         else:
             self.acceptance.decay_only()
-        if self._want_calibration:
+        if self._want_confidence_map:
             if result.confidences is not None and result.drafted is not None:
-                self.calibration.update_arrays(result.confidences, result.drafted, result.accepted)
+                self.confidence_map.update_arrays(result.confidences, result.drafted, result.accepted)
             elif res and res[0].confidences is not None:
-                self.calibration.update(res)
+                self.confidence_map.update(res)
         b = result.batch_size
         ms = result.wall_ms
         if ms is not None and b > 0:

@@ -12,7 +12,7 @@
   a roofline (memory-bound below the knees ``T0``/``B0``, compute-bound above), fitted by
   non-negative least squares over a window of samples with the knees chosen on a grid.
   Because it is structural it extrapolates to batch sizes and K not tried yet.
-* :class:`ConfidenceCalibrator` -- a binned, monotone (pool-adjacent-violators) map from a
+* :class:`ConfidenceMap` -- a binned, monotone (pool-adjacent-violators) map from a
   draft confidence to the probability that the token is accepted.
 
 Pure Python + numpy; no vLLM, no torch.
@@ -566,7 +566,7 @@ class StepCostModel:
 # ----------------------------------------------------------------------------- confidence
 
 
-class ConfidenceCalibrator:
+class ConfidenceMap:
     """Binned, monotone map from a draft confidence in [0, 1] to acceptance probability.
 
     Counts per bin are decayed by ``1 - weight`` per step; an empty bin falls back to the
@@ -762,7 +762,7 @@ class ConfidenceCalibrator:
         return tuple(self._table)
 
     def table_array(self) -> np.ndarray:
-        """The calibration table as a numpy array (read-only; bin i covers
+        """The confidence map as a numpy array (read-only; bin i covers
         [i/bins, (i+1)/bins)).  The hot path: refreshed once per ``REFRESH_EVERY``
         updates (the counts move by ``weight`` per update, so the map moves slowly)."""
         if self._dirty >= REFRESH_EVERY:

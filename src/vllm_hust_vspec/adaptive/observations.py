@@ -21,7 +21,7 @@ Extensions (backward compatible):
     sequences) of every request's drafted / accepted counts.  When both are given the
     controller counts from them (numpy) and ``results`` may be empty; this saves building
     one :class:`RequestResult` per request.  ``StepResult.confidences`` (2-D, (batch, width))
-    then carries the verified drafts' confidences for the calibration, and
+    then carries the verified drafts' confidences for the confidence map, and
     ``StepResult.context_lens`` the requests' context lengths.
   * ``BatchView.confidences`` may also be a 2-D numpy array of shape ``(batch, width)``
     aligned with ``req_ids`` (rows padded with 0.0); this avoids building a dict per step.

@@ -108,7 +108,7 @@ class Profile:
     ) -> float:
         """Predicted step time: ``draft_steps`` serial draft forwards over ``batch`` rows (or
         one parallel forward over the verify tokens) plus the target forward over
-        ``batched_tokens`` (default ``batch * (k + 1)``) plus the per-gamma overhead."""
+        ``batched_tokens`` (default ``batch * (k + 1)``) plus the per-K overhead."""
         tokens = batch * (k + 1) if batched_tokens is None else batched_tokens
         steps = k if draft_steps is None else draft_steps
         total = self.target.predict(context_tokens, tokens) + self.per_gamma_overhead_ms.get(k, 0.0)
@@ -243,11 +243,11 @@ def _pass_through(doc: Mapping[str, Any], where: str) -> dict[str, Any]:
     over = doc.get("per_gamma_overhead_ms")
     if over is not None:
         if not isinstance(over, dict):
-            raise ProfileError(where, "per_gamma_overhead_ms", "must be an object gamma -> ms")
+            raise ProfileError(where, "per_gamma_overhead_ms", "must be an object K -> ms")
         parsed: dict[int, float] = {}
         for key, value in over.items():
             if not (isinstance(key, str) and key.isdigit()):
-                raise ProfileError(where, f"per_gamma_overhead_ms.{key}", "must be a non-negative integer gamma")
+                raise ProfileError(where, f"per_gamma_overhead_ms.{key}", "must be a non-negative integer K")
             if not is_number(value) or value < 0:
                 raise ProfileError(where, f"per_gamma_overhead_ms.{key}", f"must be a number >= 0, got {value!r}")
             parsed[int(key)] = float(value)
@@ -255,7 +255,7 @@ def _pass_through(doc: Mapping[str, Any], where: str) -> dict[str, Any]:
     policy = doc.get("batch_gamma_policy")
     if policy is not None:
         if not isinstance(policy, dict):
-            raise ProfileError(where, "batch_gamma_policy", "must be an object batch -> gamma")
+            raise ProfileError(where, "batch_gamma_policy", "must be an object batch size -> K")
         parsed_p: dict[int, int] = {}
         for key, value in policy.items():
             if not (isinstance(key, str) and key.isdigit() and int(key) >= 1):

@@ -151,7 +151,7 @@ def _check_calibration_files(values: settings.Settings, sources: Mapping[str, st
     repeats them with what only it knows (KV capacity, captured graphs, model identity)."""
     if values.adaptive_policy != "budget":
         return  # any calibration option with another policy was refused as a conflict
-    from vllm_hust_vspec.calibration import calibration_settings  # numpy: only when used
+    from vllm_hust_vspec.startup_cost import calibration_settings  # numpy: only when used
 
     calibration_settings(values, draft_width=values.gamma, max_model_len=values.max_model_len,
                          max_num_seqs=values.max_num_seqs, sources=sources)

@@ -2,8 +2,8 @@
 
 Nothing here is applied (``applies=False``): these specs say which vLLM-Ascend symbols our
 patches will need on an NPU host, so ``vllm-hust-vspec-doctor --ascend-root ...`` can report
-what that host has and lacks.  Facts: ``vllm-spec-decode-map.md`` sections 6.1, 6.2, 6.4 and
-row 20 of section 7, Appendix A.
+what that host has and lacks.  Facts: read from vLLM-Ascend's source tree (each symbol
+below names its module).
 
 The scheduler side is upstream vLLM's (the engine core runs vLLM's ``Scheduler`` unless a
 custom ``scheduler_cls`` overrides it), so the per-request points are declared on the

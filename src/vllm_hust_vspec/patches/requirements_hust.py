@@ -2,7 +2,7 @@
 
 Nothing here is applied (``applies=False``): these specs say which host symbols our patches
 will need on a 0.17-line host, so ``vllm-hust-vspec-doctor`` can report what such a host has
-and lacks.  Facts: ``vllm-spec-decode-map.md`` sections 6.3 and 7, Appendix A.
+and lacks.  Facts: read from the 0.17 source tree (each symbol below names its module).
 
 On 0.17 the scheduler-side points (stats, per-request trimming, async placeholders) and the
 worker's propose/sample points have the same names as in vLLM 0.32, but the per-step K path

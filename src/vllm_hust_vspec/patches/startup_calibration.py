@@ -4,7 +4,7 @@ What:   replaces the module global ``enable_envs_cache`` of ``vllm.v1.engine.cor
         last call of ``EngineCore.__init__`` (after model warm-up, KV-cache initialisation,
         the scheduler and the step function).  After the original, when its caller is an
         ``EngineCore.__init__`` whose scheduler carries the plugin's runtime, it runs
-        :func:`vllm_hust_vspec.calibration.runner.run_at_start`: load or calibrate the
+        :func:`vllm_hust_vspec.startup_cost.runner.run_at_start`: load or calibrate the
         budget policy's cost table.  ``EngineCoreProc`` sends READY only after
         ``EngineCore.__init__`` returns, and the offline ``LLM`` (in-process engine core)
         returns only after it, so calibration ends before anything is served.
@@ -23,7 +23,7 @@ import functools
 import sys
 from typing import Any
 
-from vllm_hust_vspec.calibration.runner import run_at_start
+from vllm_hust_vspec.startup_cost.runner import run_at_start
 from vllm_hust_vspec.patchspec import PROCESS_ENGINE, PatchSpec, Symbol
 
 _CORE = "vllm.v1.engine.core"

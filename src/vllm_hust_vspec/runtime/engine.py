@@ -11,8 +11,8 @@ The runtime composes parts with one job each: the decision gate
 step clock (:mod:`~vllm_hust_vspec.runtime.step_clock`: every timestamp of a step and the
 K pipeline), the verified collector (:mod:`~vllm_hust_vspec.runtime.verified`) and the
 outputs (:mod:`~vllm_hust_vspec.runtime.outputs`: decision trace, simulator trace, log).
-The start-up calibration forces a verify width through :meth:`EngineRuntime.override_width`
-(its object lives in ``calibration/``).
+The start-up calibration forces a K through :meth:`EngineRuntime.override_k` (its object
+lives in ``startup_cost/``).
 
 Step timeline (synchronous scheduling, the CPU host): ``schedule()`` of step ``s`` asks
 :class:`KLookup` for K_s (the decision is traced); the workers verify the drafts of step
@@ -53,9 +53,9 @@ logger = logging.getLogger("vllm_hust_vspec")
 _ATTR = "_vspec_runtime"  # the scheduler attribute that holds its runtime (runtime_of)
 
 
-class WidthOverride(Protocol):
-    """A verify width forced from outside the controller (the start-up calibration's
-    ``calibration.forced.ForcedWidth``): while installed it decides every step and sees
+class KOverride(Protocol):
+    """A K forced from outside the controller (the start-up calibration's
+    ``startup_cost.forced.ForcedK``): while installed it decides every step and sees
     every output; nothing reaches the controller, the decision trace or the recorder."""
 
     def decide(self, running: Sequence[Any]) -> tuple[int, dict[str, int] | None]:
@@ -108,7 +108,7 @@ class EngineRuntime:
         self._verified = VerifiedCollector()
         # confidence and entropy of verified draft positions: sums and count, accepted / rejected
         self.confidence_outcomes = self._verified.outcomes
-        self.width_override: WidthOverride | None = None
+        self.k_override: KOverride | None = None
         # where vLLM's pickled or forked engine core starts, the host info is recomputed
         self.host = host_label()
         header = self.controller.trace_header(
@@ -147,14 +147,14 @@ class EngineRuntime:
     def wants_draft_signals(self) -> bool:
         """True when this step's workers should compute draft confidences
         (``draft-confidence-request`` reads it after every ``schedule()``)."""
-        return self._wants_conf and self.width_override is None
+        return self._wants_conf and self.k_override is None
 
     # ------------------------------------------------------------------ decide
     def decide(self) -> int:
         """The K of this step for the host's lookup (asked by ``schedule()``)."""
         running = list(self.scheduler.running)
-        if self.width_override is not None:
-            k_host, limits = self.width_override.decide(running)
+        if self.k_override is not None:
+            k_host, limits = self.k_override.decide(running)
             self.gate.force(limits)
             return k_host
         self.step += 1
@@ -168,15 +168,15 @@ class EngineRuntime:
 
     def cut_placeholders(self, scheduler_output: Any) -> None:
         """Async scheduling: each decoding request's draft placeholders (``spec_token_ids``,
-        set by ``_update_after_schedule`` to the batch width) cut to its limit."""
-        width = scheduler_output.num_spec_tokens_to_schedule
+        set by ``_update_after_schedule`` to the batch K) cut to its limit."""
+        k = scheduler_output.num_spec_tokens_to_schedule
         requests = self.scheduler.requests
         for req_id in scheduler_output.num_scheduled_tokens:
             request = requests[req_id]
             if request.is_prefill_chunk:
                 continue
             limit = self.gate.limit(req_id)
-            if limit is not None and limit < width:
+            if limit is not None and limit < k:
                 request.spec_token_ids = [-1] * limit
 
     def trimmed(self, draft_token_ids: Any) -> Any:
@@ -199,7 +199,7 @@ class EngineRuntime:
         signals = self._wants_conf and confidences is not None
         if self._wants_conf:
             self._verified.drop_kept()
-            if signals and self.width_override is None:
+            if signals and self.k_override is None:
                 self.gate.decide_from_drafts(self.step + 1, req_ids, confidences, entropies,
                                              self.scheduler.requests)
                 self._flush_records()
@@ -244,10 +244,10 @@ class EngineRuntime:
             self._positions[req_id] = (request, int(request.num_output_tokens))
 
     def _after_output(self, scheduler_output: Any) -> None:
-        if self.width_override is not None:
-            self._verified.discard()  # nothing reaches the controller while a width is forced
+        if self.k_override is not None:
+            self._verified.discard()  # nothing reaches the controller while a K is forced
             self._positions = {}
-            self.width_override.observe(self.clock.t_arrived, scheduler_output)
+            self.k_override.observe(self.clock.t_arrived, scheduler_output)
             return
         batch = len(scheduler_output.num_scheduled_tokens)
         if batch == 0:
@@ -256,7 +256,7 @@ class EngineRuntime:
         if clocked is None:
             return
         # A step that also ran prefill (new or chunked prompts) costs far more than its decode
-        # width explains: keep its acceptance, but not its time, out of the step-cost model.
+        # K explains: keep its acceptance, but not its time, out of the step-cost model.
         # The cost the controller optimises is the whole engine cycle: the decision-to-output
         # window plus the engine's own time between an output and the next decision (output
         # processing, draft hand-over, scheduling), which every step pays whatever its K.
@@ -283,12 +283,12 @@ class EngineRuntime:
             self._positions = {}
         self.outputs.maybe_log(lambda: self.controller.stats)
 
-    # ------------------------------------------------------------------ forced width
-    def override_width(self, override: WidthOverride | None) -> None:
-        """Install a forced verify width (the start-up calibration), or remove it (None):
+    # ------------------------------------------------------------------ forced K
+    def override_k(self, override: KOverride | None) -> None:
+        """Install a forced K (the start-up calibration), or remove it (None):
         the controller then decides again, from the state it had before; the drafts now
         pending were made at the host's Kmax."""
-        self.width_override = override
+        self.k_override = override
         self.gate.force(None)
         self.clock.restart()
         self._verified.discard()

@@ -2,7 +2,7 @@
 
 The vLLM-HUST Extension Manager (``vllm-hust-ext``) cannot be installed from PyPI, so the
 package checks its own manifest the way the Manager's 0.3 parser and its static discovery do
-(``shared/reference/extension-manager.md`` sections 1, 2 and 4):
+(as the Manager's documentation describes its manifest format, discovery and validation):
 
 * the document: required fields, allowed keys at every level (unknown fields are rejected,
   except extra attributes of non-``python_module`` implementation carriers), enums,

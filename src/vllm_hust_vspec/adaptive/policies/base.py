@@ -2,8 +2,8 @@
 
 A :class:`Policy` turns a :class:`~..observations.BatchView` into a
 :class:`~..observations.Decision`.  It reads the shared estimators through
-:class:`PolicyContext` (acceptance per position, the online step-cost model, confidence
-calibration), and may keep its own state in :meth:`Policy.observe`.
+:class:`PolicyContext` (acceptance per position, the online step-cost model, the
+confidence map), and may keep its own state in :meth:`Policy.observe`.
 
 Contract for implementations (also the sim helper's ``budget`` and ``profile``):
   * ``decide`` returns ``k`` in ``[ctx.min_gamma, ctx.kmax]``; when ``k_i`` is given, every
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..estimators import AcceptanceEstimator, ConfidenceCalibrator, StepCostModel
+from ..estimators import AcceptanceEstimator, ConfidenceMap, StepCostModel
 from ..observations import BatchView, Decision, StepResult
 
 
@@ -33,7 +33,7 @@ class PolicyContext:
     min_gamma: int
     acceptance: AcceptanceEstimator
     cost: StepCostModel
-    calibration: ConfidenceCalibrator
+    confidence_map: ConfidenceMap
     rng: np.random.Generator
     hysteresis: float = 0.01
     max_gamma_step: int = 8

@@ -5,7 +5,7 @@ Each running request ``i`` has a survival per draft position ``j``::
     s_i(j) = prod_{m<=j} c_i(m)
 
 where ``c_i(m)`` is the request's draft confidence for position ``m`` mapped through the
-online :class:`~..estimators.ConfidenceCalibrator` when the batch carries confidences, else
+online :class:`~..estimators.ConfidenceMap` when the batch carries confidences, else
 the estimated conditional acceptance ``a_m`` (then every request has the same curve).
 All ``(request, position)`` slots are admitted globally in order of decreasing survival
 (a request's slots come in position order because its survival never rises). Admitting
@@ -100,7 +100,7 @@ class _Selection(NamedTuple):
 
 class BudgetPolicy(Policy):
     name = "budget"
-    uses_confidences = True  # asks the controller to keep the confidence calibration
+    uses_confidences = True  # asks the controller to keep the confidence map
     trusted = True  # K_i in [0, kmax] and K = max K_i by construction (no O(batch) check)
 
     def __init__(self, kmax: int, min_gamma: int = 0, cost_table: CostTable | None = None) -> None:
@@ -142,7 +142,7 @@ class BudgetPolicy(Policy):
         (B, depth), from the calibrated confidences (the estimated acceptance where a
         request has none)."""
         conf = batch.confidences
-        cal = ctx.calibration
+        cal = ctx.confidence_map
         if isinstance(conf, np.ndarray):
             self._check_shape(conf, b)
             have = conf.shape[1]

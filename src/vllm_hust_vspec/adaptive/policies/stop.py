@@ -4,7 +4,7 @@ After the policy decided (K, K_i), request i's K_i is cut to the number of leadi
 positions that pass the rule:
 
 * ``survival``: the survival ``prod_{i<=j} p_i`` stays ``>= threshold``, where ``p_i`` is the
-  request's calibrated draft confidence (:class:`~..estimators.ConfidenceCalibrator`) when
+  request's calibrated draft confidence (:class:`~..estimators.ConfidenceMap`) when
   the batch carries confidences, else the estimated conditional acceptance ``a_i`` (then the
   cut is the same for every request and only the batch K shrinks);
 * ``confidence``: the raw draft confidence ``c_j`` stays ``>= threshold`` (requests without
@@ -83,7 +83,7 @@ class StopRule:
         elif self.mode == "entropy":
             np.less_equal(values, self.entropy_threshold, out=ok)
         else:  # survival of the calibrated confidences, as a cumulative sum of logs
-            np.greater_equal(ctx.calibration.log_survival(values), self._log_threshold, out=ok)
+            np.greater_equal(ctx.confidence_map.log_survival(values), self._log_threshold, out=ok)
         return buf.argmin(axis=1)
 
     def _policy_k_i(self, k_i: Mapping[str, int], ids: tuple[str, ...]) -> np.ndarray:

@@ -29,10 +29,10 @@ import time
 from typing import Any
 
 from vllm_hust_vspec.adaptive.costmodel import CostTable
-from vllm_hust_vspec.calibration.driver import measure
-from vllm_hust_vspec.calibration.fit import by_point, holdout_error
-from vllm_hust_vspec.calibration.grid import CalibrationError, CalibrationGrid, check_engine_limits
-from vllm_hust_vspec.calibration.plan import calibration_settings
+from vllm_hust_vspec.startup_cost.driver import measure
+from vllm_hust_vspec.startup_cost.fit import by_point, holdout_error
+from vllm_hust_vspec.startup_cost.grid import CalibrationError, CalibrationGrid, check_engine_limits
+from vllm_hust_vspec.startup_cost.plan import calibration_settings
 from vllm_hust_vspec.runtime.engine import runtime_of
 
 logger = logging.getLogger("vllm_hust_vspec")

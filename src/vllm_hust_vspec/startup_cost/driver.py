@@ -2,10 +2,10 @@
 
 :func:`measure` adds greedy synthetic requests through the engine core's own
 ``add_request`` (ids ``REQUEST_PREFIX`` + serial, a ``CACHE_SALT`` that keeps their KV
-blocks apart from real prefixes), forces the verify width of each point by installing a :class:`~.forced.ForcedWidth` in the
-engine runtime (the controller, the decision trace and the recorder see none of these steps), times
-``windows_per_point`` windows of ``window_steps`` steps per point, measures a disturbed
-window again, and always purges its requests (abort, flush the workers' request state,
+blocks apart from real prefixes), forces the K of each point (the grid's width w) by
+installing a :class:`~.forced.ForcedK` in the engine runtime (the controller, the decision
+trace and the recorder see none of these steps), times ``windows_per_point`` windows of
+``window_steps`` steps per point, measures a disturbed window again, and always purges its requests (abort, flush the workers' request state,
 reset the prefix cache).  :mod:`.runner` decides whether to calibrate and fits, installs
 and saves the table.
 
@@ -23,9 +23,9 @@ from typing import Any
 
 import numpy as np
 
-from vllm_hust_vspec.calibration.fit import Window, subset_problem
-from vllm_hust_vspec.calibration.forced import ForcedWidth
-from vllm_hust_vspec.calibration.grid import CalibrationError, CalibrationGrid, ContextRange
+from vllm_hust_vspec.startup_cost.fit import Window, subset_problem
+from vllm_hust_vspec.startup_cost.forced import ForcedK
+from vllm_hust_vspec.startup_cost.grid import CalibrationError, CalibrationGrid, ContextRange
 from vllm_hust_vspec.progress import Progress
 
 logger = logging.getLogger("vllm_hust_vspec")
@@ -121,7 +121,7 @@ class _Driver:
         self.live: list[str] = []  # ids of the calibration requests in the scheduler
         self.all_ids: set[str] = set()
         self.serial = 0
-        self.forced = ForcedWidth(0, runtime.kmax, runtime.varies_k)  # the point's, once run
+        self.forced = ForcedK(0, runtime.kmax, runtime.varies_k)  # the point's, once run
 
     # ---- requests
 
@@ -171,8 +171,8 @@ class _Driver:
         A window more than ``DISTURBED`` slower than the median of the point's windows was
         slowed by something else (on a shared CPU: other processes); it is measured again,
         at most ``windows_per_point`` times per point."""
-        self.forced = ForcedWidth(width, self.runtime.kmax, self.runtime.varies_k)
-        self.runtime.override_width(self.forced)
+        self.forced = ForcedK(width, self.runtime.kmax, self.runtime.varies_k)
+        self.runtime.override_k(self.forced)
         try:
             self._start(batch, ctx, grid, deadline)
             out: list[Window] = []
@@ -236,7 +236,7 @@ class _Driver:
             self._start(batch, ctx, grid, deadline)
 
     def _start(self, batch: int, ctx: ContextRange, grid: CalibrationGrid, deadline: float) -> None:
-        """Fresh requests, prefilled, then ``warmup_steps`` decode steps at the forced width."""
+        """Fresh requests, prefilled, then ``warmup_steps`` decode steps at the forced K."""
         self._add(batch, ctx)
         steps = self.forced.steps
         steps.clear()
@@ -281,4 +281,4 @@ class _Driver:
             if not core.reset_prefix_cache():
                 raise RuntimeError("vllm-hust-vspec calibration: prefix cache reset failed")
         finally:
-            self.runtime.override_width(None)
+            self.runtime.override_k(None)

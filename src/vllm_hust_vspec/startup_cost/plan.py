@@ -21,7 +21,7 @@ from typing import Any
 
 from vllm_hust_vspec import settings as schema
 from vllm_hust_vspec.adaptive.costmodel import CostTable
-from vllm_hust_vspec.calibration.grid import CalibrationError, CalibrationGrid, check_cost_table, load_grid
+from vllm_hust_vspec.startup_cost.grid import CalibrationError, CalibrationGrid, check_cost_table, load_grid
 
 MODES = ("off", "load", "calibrate")
 
