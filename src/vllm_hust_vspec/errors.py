@@ -46,3 +46,13 @@ class VspecError(Exception):
 
     def __str__(self) -> str:
         return self.render()
+
+
+class KeyedError(VspecError):
+    """An error in a JSON document whose field is a key: ``"<source>: key '<field>' <message>"``
+    (the form the profile and simulator-trace loaders print)."""
+
+    def render(self) -> str:
+        if self.field is None:
+            return super().render()
+        return f"{self.source}: key '{self.field}' {self.message}"

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from vllm_hust_vspec.checks import is_int, is_number
-from vllm_hust_vspec.errors import VspecError
+from vllm_hust_vspec.errors import KeyedError
 
 from .costmodel import nnls
 
@@ -58,14 +58,9 @@ _LEGACY_COEFF_NAMES = {
 }
 
 
-class ProfileError(VspecError, ValueError):
+class ProfileError(KeyedError, ValueError):
     """A profile or a samples file is malformed; the message names the file and key:
     ``ProfileError(source, key, message)`` reads ``"<source>: key '<key>' <message>"``."""
-
-    def render(self) -> str:
-        if self.field is None:
-            return super().render()
-        return f"{self.source}: key '{self.field}' {self.message}"
 
 
 @dataclass(frozen=True)

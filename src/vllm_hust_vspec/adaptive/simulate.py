@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from .. import checks
-from ..errors import VspecError
+from ..errors import KeyedError
 from .observations import BatchView, StepResult, ki_array
 
 TRACE_FORMAT = "vspec-trace"
@@ -60,14 +60,9 @@ _HEADER_KEYS = {"format", "version", "kmax", "max_num_seqs", "cost", "seed", "me
 _REQUEST_KEYS = {"id", "arrival_s", "accept_len", "p", "conf"}
 
 
-class TraceError(VspecError, ValueError):
+class TraceError(KeyedError, ValueError):
     """A malformed trace; the message names the file, line and key:
     ``TraceError(where, key, message)`` reads ``"<file>:<line>: key '<key>' <message>"``."""
-
-    def render(self) -> str:
-        if self.field is None:
-            return super().render()
-        return f"{self.source}: key '{self.field}' {self.message}"
 
 
 # --------------------------------------------------------------------------- trace model
