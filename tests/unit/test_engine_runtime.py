@@ -27,6 +27,8 @@ pytestmark = pytest.mark.unit
 class Request:
     request_id: str
     num_tokens: int = 20
+    num_computed_tokens: int = 19  # decoding: all but the last token computed
+    num_output_placeholders: int = 0
     num_output_tokens: int = 0
     is_prefill_chunk: bool = False
     arrival_time: float = 0.0
@@ -201,3 +203,22 @@ def test_runtime_of_finds_only_an_attached_runtime(monkeypatch):
     rt = attach(sched)
     assert runtime_of(sched) is rt
     assert isinstance(sched.dynamic_sd_lookup, KLookup)
+
+
+def test_a_prefill_joining_the_step_does_not_change_the_decision_batch():
+    """The K lookup decides on the decode requests (the host keys its table on every
+    scheduled request, so a prefill joining a step moved K there)."""
+    sched = scheduler(kmax=4, n=2)
+    newcomer = Request("new", num_tokens=30, num_computed_tokens=0)
+    sched.running.append(newcomer)
+    sched.requests["new"] = newcomer
+    rt = runtime(sched, adaptive_policy="sweep", adaptive_sweep=[3])
+    seen = []
+    decide = rt.controller.decide
+    rt.controller.decide = lambda view: seen.append(view.req_ids) or decide(view)
+    KLookup(rt)[3]
+    assert seen == [("r0", "r1")]
+    for r in sched.running:  # every request prefills: the decision is made on all
+        r.num_computed_tokens = 0
+    KLookup(rt)[3]
+    assert seen[-1] == ("r0", "r1", "new")

@@ -44,8 +44,11 @@ class DecisionGate:
         return min(max(int(k), 0), self.kmax)
 
     def decide(self, step: int, running: Sequence[Any]) -> GateDecision:
-        """The decision of step ``step`` for the running requests (``request_id`` and
-        ``num_tokens`` of each are read)."""
+        """The decision of step ``step``, made on the running requests that decode in it
+        (a prefill that joins the step does not change K for that reason; when every
+        request prefills, on all of them).  Read of each: ``request_id``, ``num_tokens``,
+        ``num_computed_tokens``, ``num_output_placeholders``."""
+        running = [r for r in running if decoding(r)] or list(running)
         ids = tuple(r.request_id for r in running)
         if self._next is not None:  # made from the drafts' confidences
             (d, limits), self._next = self._next, None
@@ -117,6 +120,14 @@ class DecisionGate:
                 changed = True
             out.append(ids)
         return out if changed else None
+
+
+def decoding(request: Any) -> bool:
+    """True when ``request`` computes one new token in the step being scheduled (its
+    prompt and outputs are all computed but the last), before ``_update_after_schedule``;
+    a (chunked or resumed) prefill has more to compute."""
+    return (request.num_computed_tokens
+            >= request.num_tokens + request.num_output_placeholders - 1)
 
 
 def ki_limits(k_i: Mapping[str, int], ids: tuple[str, ...], k: int) -> dict[str, int]:
