@@ -294,3 +294,30 @@ def test_env_round_trips_through_the_plugin_reader():
     assert s.adaptive_sweep == (0, 2, 4)
     assert s.adaptive_online_exploration == 0.0
     assert s.adaptive_speculation is True
+
+
+def test_method_none_over_a_speculative_preset_runs_its_target_alone(tmp_path):
+    """A target-only baseline from any preset: ``--method none`` on the command line sets
+    the preset's speculation settings aside (one line names them) and keeps the rest."""
+    from launcher_util import REPO, launcher
+
+    proc = launcher("--config", str(REPO / "configs/tiny-cpu-draft.toml"), "--method", "none",
+                    "--target-model", "/m/target", "--dry-run", "--json")
+    assert proc.returncode == 0, proc.stderr
+    p = json.loads(proc.stdout)
+    assert spec_config(p) is None
+    assert p["env"]["HUST_VSPEC_ENABLED"] == "0"
+    assert flag_value(p, "--max-num-seqs") == "8" and flag_value(p, "--max-model-len") == "1024"
+    lines = [line for line in proc.stderr.splitlines() if "set aside" in line]
+    assert len(lines) == 1
+    assert "draft_model (" + str(REPO / "configs/tiny-cpu-draft.toml") + ": [serve] draft_model)" in lines[0]
+    assert "gamma (" + str(REPO / "configs/tiny-cpu-draft.toml") + ": [serve] gamma)" in lines[0]
+    # the same preset with a speculation flag beside --method none still conflicts
+    bad = launcher("--config", str(REPO / "configs/tiny-cpu-draft.toml"), "--method", "none",
+                   "--adaptive-policy", "fixed", "--dry-run")
+    assert bad.returncode == 2 and "--method none and --adaptive-policy" in bad.stderr
+    # a preset that says method none and sets gamma contradicts itself: refused
+    own = tmp_path / "own.toml"
+    own.write_text('[serve]\nmethod = "none"\ngamma = 3\ntarget_model = "/m/t"\n')
+    proc = launcher("--config", str(own), "--dry-run")
+    assert proc.returncode == 2 and f"{own}: [serve] gamma" in proc.stderr

@@ -51,6 +51,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     environ = dict(os.environ)
     try:
         res, plan = prepare(argv, environ)
+        if res.set_aside:
+            print(f"{PROG}: --method none: runs the target without speculation; set aside "
+                  + ", ".join(f"{name} ({src})" for name, src in res.set_aside),
+                  file=sys.stderr)
         if res.values.dry_run:
             print(plan.as_json() if res.values.json else render_text(plan, res))
             return 0

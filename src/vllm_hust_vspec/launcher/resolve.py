@@ -33,6 +33,9 @@ class Resolved:
     extra_args: tuple[str, ...]
     target: model_store.Lookup | None
     draft: model_store.Lookup | None
+    # speculation settings of a preset or protocol that ``--method none`` set aside
+    # (option name -> where it came from)
+    set_aside: tuple[tuple[str, str], ...] = ()
 
     @property
     def speculative(self) -> bool:
@@ -81,6 +84,7 @@ def resolve(argv: Sequence[str], environ: Mapping[str, str]) -> Resolved:
 
     if protocol is not None:
         _check_protocol(protocol, merged, sources)
+    set_aside = _set_aside_for_none(merged, sources)
     _implied_policy(merged, sources)
 
     platform_explicit = merged["target_platform"] is not None
@@ -103,7 +107,7 @@ def resolve(argv: Sequence[str], environ: Mapping[str, str]) -> Resolved:
     target, draft = _models(method, explicit, merged, sources, environ)
     return Resolved(values=values, sources=sources, config=config, protocol=protocol,
                     platform=platform, platform_explicit=platform_explicit,
-                    extra_args=tuple(extra), target=target, draft=draft)
+                    extra_args=tuple(extra), target=target, draft=draft, set_aside=set_aside)
 
 
 def _merge_layers(
@@ -191,6 +195,31 @@ def _show(opt: settings.Option, value: Any) -> str:
     return repr(value) if isinstance(value, str) else str(value)
 
 
+def _speculation_only() -> list[str]:
+    """The options that mean nothing without speculation."""
+    return (["draft_model", "gamma", "prompt_lookup_min", "prompt_lookup_max"]
+            + [o.name for o in settings.options("plugin")])
+
+
+def _set_aside_for_none(merged: dict[str, Any], sources: dict[str, str]
+                        ) -> tuple[tuple[str, str], ...]:
+    """``--method none`` on the command line over a speculative preset (TOML or protocol):
+    the preset's speculation settings go back to their defaults, so its target runs without
+    speculation.  Returns what was set aside; options given as flags are kept (and conflict
+    with method none in :func:`_check_conflicts`)."""
+    if merged["method"] != "none" or not sources["method"].startswith("--"):
+        return ()
+    out = []
+    for name in _speculation_only():
+        src = sources[name]
+        if src == DEFAULT or src.startswith("--"):
+            continue
+        out.append((name, src))
+        merged[name] = settings.option(name).default
+        sources[name] = DEFAULT
+    return tuple(out)
+
+
 def _conflict(a: str, b: str, why: str) -> LaunchError:
     return LaunchError(f"conflicting options: {a} and {b}: {why}")
 
@@ -200,9 +229,7 @@ def _check_conflicts(merged: Mapping[str, Any], sources: Mapping[str, str], plat
     if merged["json"] and not merged["dry_run"]:
         raise _conflict("--json", "a real start", "--json only formats --dry-run output")
     if method == "none":
-        spec_only = ["draft_model", "gamma", "prompt_lookup_min", "prompt_lookup_max"]
-        spec_only += [o.name for o in settings.options("plugin")]
-        for name in spec_only:
+        for name in _speculation_only():
             if _set_by_user(sources, name):
                 raise _conflict(sources["method"] + " none", sources[name],
                                 "method none runs without speculation, so it takes no "
