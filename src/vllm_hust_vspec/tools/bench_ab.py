@@ -7,7 +7,8 @@ with vLLM's serving benchmark, stops it, and moves on.  Rounds are interleaved (
 configuration once per round, the order rotated each round).  Writes, under ``--output-dir``:
 ``results.json`` (schema in :mod:`.bench_results`), ``report.md`` (median ratio tables),
 ``ab.png`` (tok/s per configuration per cell with spread), ``logs/`` (server and benchmark
-output) and ``traces/`` (decision traces of the plugin configurations).  Its last line of
+output) and ``traces/`` (decision traces of the plugin configurations, each with its picture,
+``traces/<config>-r<round>.png``, linked from ``report.md``).  Its last line of
 output is the path of ``results.json``.
 
 Launcher arguments (preset TOML, models, host flags) follow ``--``::
@@ -359,10 +360,27 @@ def _run_config(plan: _Plan, config: cfgs.BenchConfig, rnd: int, warm: wl.Cell |
     return parts, ready - started, bench_s
 
 
+def _trace_pictures(out: pathlib.Path) -> str:
+    """A PNG and a summary of every plugin server's decision trace (``traces/*.jsonl``), as
+    a report section that links them."""
+    from .trace_picture import summary_text, write_picture
+
+    traces = sorted((out / "traces").glob("*.jsonl"))
+    if not traces:
+        return ""
+    lines = ["", "## Decision traces", ""]
+    for path in traces:
+        png, summary = write_picture(path)
+        lines += [f"- [{path.stem}]({png.relative_to(out)}) "
+                  f"([trace]({path.relative_to(out)}))", "", "  ```",
+                  *("  " + line for line in summary_text(summary).splitlines()), "  ```"]
+    return "\n".join(lines) + "\n"
+
+
 def _report(plan: _Plan, runs: list[results.Run], machine: dict[str, Any], results_path: pathlib.Path) -> None:
     """Write and print the markdown report and the plot of a finished A/B."""
     out = plan.out
-    report = results.markdown_report(runs, plan.workloads)
+    report = results.markdown_report(runs, plan.workloads) + _trace_pictures(out)
     (out / "report.md").write_text(report, encoding="utf-8")
     from .bench_plot import plot_runs
 

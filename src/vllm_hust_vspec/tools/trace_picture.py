@@ -1,0 +1,251 @@
+"""A picture and a short summary of one decision trace (``--adaptive-trace-file``).
+
+``vllm-hust-vspec-bench trace DECISIONS.jsonl`` prints the summary and writes a PNG beside
+the trace; ``bench ab`` does the same for every plugin server and links them from its
+``report.md``.  Panels, one x axis (the engine step):
+
+1. K per step, with the spread of the per-request K_i (min..max) and the K = 0 stretches
+   shaded;
+2. the batch size the decision was made for;
+3. the acceptance estimate per draft position (``est_accept``);
+4. the estimated step cost of each decision beside the measured one of its step;
+5. goodput: the decision's estimate (batch x expected committed tokens / estimated cost)
+   and the measured one (committed tokens / measured ms, over a rolling window).
+
+Steps are paired by number: a decision and the result record of the same step.  The
+measured cost of a step that also ran prefill is null in the trace and left out.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import pathlib
+import statistics
+from collections.abc import Sequence
+from typing import Any
+
+from vllm_hust_vspec.adaptive.trace import TRACE_NAME, is_decision, is_result
+from vllm_hust_vspec.errors import VspecError
+
+PANELS = ("K and K_i", "batch size", "acceptance estimate", "step cost", "goodput")
+ROLLING = 16  # steps in the measured goodput's rolling window
+
+
+class TracePictureError(VspecError, ValueError):
+    """A decision trace that cannot be read; names the file and the line."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Trace:
+    path: pathlib.Path
+    headers: list[dict[str, Any]]
+    decisions: list[dict[str, Any]]
+    results: list[dict[str, Any]]
+
+
+def load(path: str | pathlib.Path) -> Trace:
+    path = pathlib.Path(path)
+    headers, decisions, results = [], [], []
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise TracePictureError(str(path), None, f"cannot read: {exc.strerror}") from None
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise TracePictureError(f"{path}:{n}", None, f"not JSON ({exc.msg})") from None
+        if not isinstance(rec, dict):
+            raise TracePictureError(f"{path}:{n}", None, "not a JSON object")
+        if rec.get("trace") == TRACE_NAME:
+            headers.append(rec)
+        elif is_decision(rec):
+            decisions.append(rec)
+        elif is_result(rec):
+            results.append(rec)
+        else:
+            raise TracePictureError(f"{path}:{n}", None,
+                                    "neither a header, a decision nor a result record")
+    if not headers:
+        raise TracePictureError(str(path), None, f"no {TRACE_NAME!r} header: not a decision trace")
+    return Trace(path, headers, decisions, results)
+
+
+# --------------------------------------------------------------------------- figures
+
+def expected_committed(est_accept: Sequence[float], k: int) -> float:
+    """1 + sum over positions j <= k of the probability that drafts 1..j all survive."""
+    total, survive = 1.0, 1.0
+    for a in list(est_accept)[:k]:
+        survive *= a
+        total += survive
+    return total
+
+
+def _k_range(d: dict[str, Any]) -> tuple[int, int]:
+    values = list(d["k_i"].values()) if d.get("k_i") else [d["k"]]
+    return min(values), max(values)
+
+
+def _stretches(ks: Sequence[int]) -> list[int]:
+    """Lengths of the runs of consecutive K = 0 decisions."""
+    out, run = [], 0
+    for k in ks:
+        if k == 0:
+            run += 1
+        elif run:
+            out.append(run)
+            run = 0
+    return out + ([run] if run else [])
+
+
+def summary(trace: Trace) -> dict[str, Any]:
+    """The figures the picture shows, as numbers (what the text summary prints)."""
+    ds, rs = trace.decisions, trace.results
+    ks = [int(d["k"]) for d in ds]
+    batch = {int(d["step"]): int(d["batch"]) for d in ds}
+    hist: dict[int, int] = {}
+    for k in ks:
+        hist[k] = hist.get(k, 0) + 1
+    drafted = sum(int(r["drafted"]) for r in rs)
+    accepted = sum(int(r["accepted"]) for r in rs)
+    timed = [r for r in rs if r.get("ms") is not None and int(r["step"]) in batch]
+    committed = sum(batch[int(r["step"])] + int(r["accepted"]) for r in timed)
+    timed_ms = sum(float(r["ms"]) for r in timed)
+    measured = {int(r["step"]): float(r["ms"]) for r in timed}
+    ratios = [float(d["est_cost_ms"]) / measured[int(d["step"])] for d in ds
+              if d.get("est_cost_ms") is not None and measured.get(int(d["step"]), 0) > 0]
+    stretches = _stretches(ks)
+    policies = sorted({str(d["policy"]) for d in ds})
+    return {
+        "trace": str(trace.path), "policies": policies, "decisions": len(ds),
+        "results": len(rs), "k_hist": dict(sorted(hist.items())),
+        "mean_k": statistics.fmean(ks) if ks else 0.0,
+        "k0_share": hist.get(0, 0) / len(ks) if ks else 0.0,
+        "k0_stretches": len(stretches), "longest_k0_stretch": max(stretches, default=0),
+        "mean_batch": statistics.fmean(batch.values()) if batch else 0.0,
+        "acceptance_rate": accepted / drafted if drafted else 0.0,
+        "drafted": drafted, "accepted": accepted,
+        "measured_goodput_tok_s": 1000.0 * committed / timed_ms if timed_ms > 0 else None,
+        "timed_steps": len(timed),
+        "median_est_over_measured_cost": statistics.median(ratios) if ratios else None,
+    }
+
+
+def summary_text(s: dict[str, Any]) -> str:
+    goodput = s["measured_goodput_tok_s"]
+    ratio = s["median_est_over_measured_cost"]
+    return "\n".join([
+        f"decision trace {s['trace']}: policy {', '.join(s['policies']) or '-'}, "
+        f"{s['decisions']} decisions, {s['results']} results",
+        f"  K: mean {s['mean_k']:.2f}, histogram {s['k_hist']}, K = 0 on "
+        f"{100 * s['k0_share']:.1f}% of decisions ({s['k0_stretches']} stretches, longest "
+        f"{s['longest_k0_stretch']})",
+        f"  batch: mean {s['mean_batch']:.1f}; acceptance {s['acceptance_rate']:.3f} "
+        f"({s['accepted']}/{s['drafted']} drafts)",
+        f"  measured goodput: {'n/a' if goodput is None else f'{goodput:.1f} tok/s'} over "
+        f"{s['timed_steps']} timed steps; estimated / measured step cost: median "
+        f"{'n/a' if ratio is None else f'{ratio:.2f}'}",
+    ])
+
+
+# --------------------------------------------------------------------------- picture
+
+def plot(trace: Trace, path: str | pathlib.Path) -> list[str]:
+    """Write the PNG; returns the panel titles (one per axis drawn)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ds = trace.decisions
+    steps = [int(d["step"]) for d in ds]
+    fig, axes = plt.subplots(len(PANELS), 1, figsize=(9.0, 11.0), sharex=True)
+    _panel_k(axes[0], ds, steps)
+    axes[1].step(steps, [int(d["batch"]) for d in ds], where="post", color="tab:gray")
+    _panel_acceptance(axes[2], ds, steps)
+    _panel_cost(axes[3], trace, steps)
+    _panel_goodput(axes[4], trace)
+    for ax, title in zip(axes, PANELS):
+        ax.set_title(title, fontsize=9, loc="left")
+        ax.grid(alpha=0.3)
+    axes[1].set_ylabel("requests")
+    axes[-1].set_xlabel("engine step")
+    s = summary(trace)
+    fig.suptitle(f"{pathlib.Path(trace.path).name}: {', '.join(s['policies'])}, mean K "
+                 f"{s['mean_k']:.2f}, K = 0 on {100 * s['k0_share']:.0f}% of steps", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    titles = [ax.get_title(loc="left") for ax in axes]
+    plt.close(fig)
+    return titles
+
+
+def _panel_k(ax: Any, ds: list[dict[str, Any]], steps: list[int]) -> None:
+    lo, hi = zip(*(_k_range(d) for d in ds)) if ds else ((), ())
+    ax.fill_between(steps, lo, hi, step="post", alpha=0.3, color="tab:blue", label="K_i range")
+    ax.step(steps, [int(d["k"]) for d in ds], where="post", color="tab:blue", label="K")
+    for d, nxt in zip(ds, steps[1:] + [steps[-1] + 1] if steps else []):
+        if int(d["k"]) == 0:
+            ax.axvspan(int(d["step"]), nxt, color="tab:red", alpha=0.12, lw=0)
+    ax.set_ylabel("K")
+    ax.legend(fontsize=7, loc="upper right")
+
+
+def _panel_acceptance(ax: Any, ds: list[dict[str, Any]], steps: list[int]) -> None:
+    width = max((len(d.get("est_accept") or ()) for d in ds), default=0)
+    for j in range(width):
+        ax.plot(steps, [(d.get("est_accept") or [None] * width)[j] for d in ds], lw=1,
+                label=f"position {j + 1}")
+    ax.set_ylim(0, 1.02)
+    ax.set_ylabel("P(accept)")
+    if width:
+        ax.legend(fontsize=7, ncol=min(width, 4), loc="lower right")
+
+
+def _panel_cost(ax: Any, trace: Trace, steps: list[int]) -> None:
+    est = [(int(d["step"]), float(d["est_cost_ms"])) for d in trace.decisions
+           if d.get("est_cost_ms") is not None]
+    meas = [(int(r["step"]), float(r["ms"])) for r in trace.results if r.get("ms") is not None]
+    if est:
+        ax.plot(*zip(*est), lw=1, color="tab:orange", label="estimated")
+    if meas:
+        ax.plot(*zip(*meas), ".", ms=2, color="tab:green", label="measured")
+    ax.set_ylabel("ms per step")
+    ax.legend(fontsize=7, loc="upper right")
+
+
+def _panel_goodput(ax: Any, trace: Trace) -> None:
+    est = [(int(d["step"]), 1000.0 * int(d["batch"])
+            * expected_committed(d.get("est_accept") or (), int(d["k"])) / float(d["est_cost_ms"]))
+           for d in trace.decisions if d.get("est_cost_ms")]
+    batch = {int(d["step"]): int(d["batch"]) for d in trace.decisions}
+    timed = [r for r in trace.results if r.get("ms") is not None and int(r["step"]) in batch]
+    rolled = []
+    for i in range(len(timed)):
+        window = timed[max(0, i - ROLLING + 1):i + 1]
+        ms = sum(float(r["ms"]) for r in window)
+        if ms > 0:
+            tokens = sum(batch[int(r["step"])] + int(r["accepted"]) for r in window)
+            rolled.append((int(timed[i]["step"]), 1000.0 * tokens / ms))
+    if est:
+        ax.plot(*zip(*est), lw=1, color="tab:orange", label="estimated")
+    if rolled:
+        ax.plot(*zip(*rolled), lw=1, color="tab:green", label=f"measured ({ROLLING}-step window)")
+    ax.set_ylabel("tok/s")
+    ax.legend(fontsize=7, loc="upper right")
+
+
+def write_picture(trace_path: str | pathlib.Path,
+                  png: str | pathlib.Path | None = None) -> tuple[pathlib.Path, dict[str, Any]]:
+    """Load a decision trace, write its PNG (default: beside it, ``.png``); returns the PNG's
+    path and the summary (with the panel titles under ``panels``)."""
+    trace = load(trace_path)
+    out = pathlib.Path(png) if png is not None else pathlib.Path(trace_path).with_suffix(".png")
+    s = summary(trace)
+    s["panels"] = plot(trace, out)
+    s["png"] = str(out)
+    return out, s

@@ -1,0 +1,89 @@
+"""``vllm-hust-vspec-bench trace``: a decision trace as a PNG and a summary.
+
+The trace comes from the real controller (the ``sweep`` policy, which forces K = 0
+stretches, and the online step-cost estimate under ``online``), written the way the
+engine runtime writes it; the command runs as a subprocess."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from vllm_hust_vspec.adaptive.controller import Controller, ControllerConfig
+from vllm_hust_vspec.adaptive.observations import BatchView, StepResult
+
+pytestmark = pytest.mark.cli
+
+KMAX = 4
+
+
+def _trace(path, policy: str, **extra) -> None:
+    ctl = Controller(ControllerConfig(kmax=KMAX, policy=policy, trace=True, **extra))
+    rng = np.random.default_rng(0)
+    lines = [ctl.trace_header(host={"host": "test"})]
+    ids = tuple(f"r{i}" for i in range(4))
+    for step in range(1, 61):
+        b = 4 if step < 40 else 2
+        d = ctl.decide(BatchView(step=step, req_ids=ids[:b]))
+        drafted = np.full(b, d.k)
+        accepted = rng.integers(0, d.k + 1, size=b)
+        ms = None if step % 10 == 0 else 10.0 + 2.0 * d.k * b
+        ctl.observe(StepResult(step, b, d.k, (), ms, max(d.k, 1), drafted=drafted,
+                               accepted=accepted))
+        lines += ctl.drain_records()
+    path.write_text("".join(json.dumps(r) + "\n" for r in lines))
+
+
+def _run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "vllm_hust_vspec.tools.bench", "trace", *args],
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("policy, extra", [("sweep", {"sweep": (0, 0, 0, 2, 4, 3)}),
+                                           ("online", {})])
+def test_the_picture_has_its_panels_and_the_summary_matches_the_trace(tmp_path, policy, extra):
+    trace = tmp_path / "decisions.jsonl"
+    _trace(trace, policy, **extra)
+    proc = _run(str(trace), "--json")
+    assert proc.returncode == 0, proc.stderr
+    s = json.loads(proc.stdout)
+    png = tmp_path / "decisions.png"
+    assert s["png"] == str(png) and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert s["panels"] == ["K and K_i", "batch size", "acceptance estimate", "step cost",
+                           "goodput"]
+    recs = [json.loads(line) for line in trace.read_text().splitlines()[1:]]
+    ds = [r for r in recs if "policy" in r]
+    rs = [r for r in recs if "drafted" in r]
+    ks = [d["k"] for d in ds]
+    assert s["decisions"] == len(ds) == 60 and s["results"] == len(rs) == 60
+    assert s["k_hist"] == {str(k): ks.count(k) for k in sorted(set(ks))}
+    assert s["mean_k"] == pytest.approx(statistics.fmean(ks))
+    assert s["k0_share"] == pytest.approx(ks.count(0) / 60)
+    assert s["acceptance_rate"] == pytest.approx(sum(r["accepted"] for r in rs)
+                                                 / sum(r["drafted"] for r in rs))
+    batch = {d["step"]: d["batch"] for d in ds}
+    timed = [r for r in rs if r["ms"] is not None]
+    assert s["timed_steps"] == len(timed) == 54
+    assert s["measured_goodput_tok_s"] == pytest.approx(
+        1000 * sum(batch[r["step"]] + r["accepted"] for r in timed) / sum(r["ms"] for r in timed))
+    if policy == "sweep":
+        assert (s["k0_stretches"], s["longest_k0_stretch"]) == (10, 3)
+    text = _run(str(trace), "--png", str(tmp_path / "other.png"))
+    assert text.returncode == 0 and (tmp_path / "other.png").exists()
+    assert f"policy {policy}, 60 decisions, 60 results" in text.stdout
+
+
+def test_a_file_that_is_no_decision_trace_is_one_clear_error(tmp_path):
+    bad = tmp_path / "t.jsonl"
+    bad.write_text('{"format": "vspec-trace", "version": 1}\n')
+    proc = _run(str(bad))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.count("error:") == 1 and str(bad) in proc.stderr
+    bad.write_text('{"trace": "vspec-decisions", "version": 1}\nnot json\n')
+    proc = _run(str(bad))
+    assert proc.returncode == 2 and f"{bad}:2: not JSON" in proc.stderr
