@@ -4,7 +4,9 @@ Facts from the host's proposers (see the reference map, section 1.7):
 
 * ``draft_model``, ``eagle``, ``eagle3``, ``mtp`` (and dflash/gemma4/step3p5, which share the
   ``SpecDecodeBaseProposer`` loop) honour a per-step K and draft only K tokens; at K = 0 the
-  drafter still runs one forward to keep its KV cache in sync;
+  host's drafter still runs one forward to keep its KV cache in sync, except for the draft
+  model under synchronous scheduling, where the ``drafter-k0`` patch runs none and catches
+  the drafter up when its requests draft again (``runtime/drafter_sync.py``);
 * ``ngram`` (CPU) honours K <= Kmax and may draft fewer (short matches); no drafter forward;
 * ``suffix``, ``medusa``, ``ngram_gpu`` assert K == Kmax: K stays Kmax, only the verified
   prefix of each request is trimmed;
@@ -17,6 +19,8 @@ from vllm_hust_vspec.settings import FIXED_K_METHODS
 
 # Methods whose drafter forward runs even at K = 0 (draft_min_steps = 1 in the cost model).
 MODEL_DRAFTERS = ("draft_model", "eagle", "eagle3", "mtp", "dflash", "dspark")
+# Model drafters whose K = 0 steps run no forward (patch drafter-k0), under sync scheduling.
+K0_SKIPPED = ("draft_model",)
 # Methods the plugin cannot drive at all.
 UNSUPPORTED = {
     "custom_class": "the host calls a custom proposer without the per-step K",
@@ -29,8 +33,11 @@ def varies_k(method: str) -> bool:
     return method not in FIXED_K_METHODS
 
 
-def draft_forwards(method: str, k: int) -> int:
-    """Drafter forward passes in a step that drafts ``k`` tokens."""
+def draft_forwards(method: str, k: int, skip_k0: bool = True) -> int:
+    """Drafter forward passes in a step that drafts ``k`` tokens (``skip_k0``: the
+    ``drafter-k0`` skip is in effect -- synchronous scheduling, ``adaptive_k0_drafter`` skip)."""
     if method == "ngram" or method in ("suffix", "ngram_gpu"):
+        return 0
+    if k == 0 and skip_k0 and method in K0_SKIPPED:
         return 0
     return max(k, 1)

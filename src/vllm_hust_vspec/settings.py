@@ -183,6 +183,12 @@ OPTIONS: tuple[Option, ...] = (
     Option("adaptive_online_window", "int", 256,
            "Half-life (in steps) of the step-cost model's samples.", minimum=8,
            group="controller"),
+    Option("adaptive_k0_drafter", "str", "skip",
+           "What the draft-model drafter does on a K = 0 step (synchronous scheduling): skip "
+           "(no forward; a request that drafts again first has the tokens it missed run "
+           "through the drafter, so its drafts are those of a drafter that never sat out) or "
+           "run (the host's own forward over every request, as vLLM does). Other methods run "
+           "the host's forward.", choices=("skip", "run"), group="controller"),
     Option("adaptive_stop", "str", "off",
            "Per-request stop: cut a request's draft where its survival (estimated "
            "probability that every earlier draft token is accepted) or its draft confidence "

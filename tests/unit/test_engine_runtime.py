@@ -100,18 +100,30 @@ def run_step(rt, sched, drafted: dict[str, int], accept: int = 1) -> int:
 def test_a_0_to_3_jump_prices_k0_with_the_methods_drafter_passes():
     """Step 4 verifies drafts of K = 0 and drafts K = 3: its result says so (two Ks), its
     drafter passes are those of K = 3, and the controller keeps the method's K = 0 passes (1
-    for draft_model) instead of learning 3 from the mix (the old bug)."""
-    sched = scheduler(kmax=4)
+    for EAGLE, whose drafter still runs at K = 0) instead of learning 3 from the mix (the old
+    bug)."""
+    sched = scheduler(method="eagle", kmax=4)
     rt = runtime(sched, adaptive_policy="sweep", adaptive_sweep=[0, 0, 0, 3, 3, 3])
     drafted = dict.fromkeys(rt.scheduler.requests, 0)
     for _ in range(6):
         k, drafted = run_step(rt, sched, drafted)
     jump = rt.seen[3]
     assert (jump.step, jump.k_verified, jump.k_drafted) == (4, 0, 3)
-    assert jump.num_draft_steps == methods.draft_forwards("draft_model", 3) == 3
+    assert jump.num_draft_steps == methods.draft_forwards("eagle", 3) == 3
     assert rt.seen[4].k_verified == rt.seen[4].k_drafted == 3
     assert [r.k_verified for r in rt.seen] == [4, 0, 0, 0, 3, 3]  # the first drafts: Kmax
-    assert rt.controller.cost.draft_min_steps == methods.draft_forwards("draft_model", 0) == 1
+    assert rt.controller.cost.draft_min_steps == methods.draft_forwards("eagle", 0) == 1
+
+
+def test_the_draft_model_drafter_costs_nothing_at_k0_under_sync_scheduling():
+    """drafter-k0 skips the draft model's forward at K = 0 (synchronous scheduling only)."""
+    assert methods.draft_forwards("draft_model", 0) == 0
+    assert methods.draft_forwards("draft_model", 0, skip_k0=False) == 1
+    assert methods.draft_forwards("draft_model", 2) == 2
+    rt = runtime(scheduler(kmax=4), adaptive_policy="fixed", adaptive_fixed_gamma=2)
+    assert rt.controller.cost.draft_min_steps == 0
+    rt = runtime(scheduler(kmax=4, async_=True), adaptive_policy="fixed", adaptive_fixed_gamma=2)
+    assert rt.controller.cost.draft_min_steps == 1
 
 
 def test_decide_output_trim_with_a_fixed_k_method():

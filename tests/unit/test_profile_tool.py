@@ -16,7 +16,7 @@ DRAFT = (0.0005, 0.05, 1.0)
 
 
 def step_ms(b: int, k: int, ctx: float) -> float:
-    n = max(k, 1)  # draft_model: one draft forward even at K = 0
+    n = k  # draft_model: no draft forward at K = 0 (patch drafter-k0, synchronous scheduling)
     t = TARGET[0] * ctx + TARGET[1] * b * (k + 1) + TARGET[2]
     d = DRAFT[0] * ctx + DRAFT[1] * b + DRAFT[2]
     return t + n * d
@@ -80,7 +80,8 @@ def test_samples_fit_to_the_true_profile():
     doc = P.samples_doc(grid(), "draft_model", 4, table, 0.61)
     assert doc["batch_gamma_policy"] == {"1": 4, "4": 2, "16": 1}
     assert doc["max_speculative_tokens"] == 4 and doc["default_acceptance_rate"] == 0.61
-    assert len(doc["target_samples"]) == 30 and len(doc["draft_samples"]) == 30
+    # the K = 0 cells ran no draft forward (drafter-k0): no draft sample from them
+    assert len(doc["target_samples"]) == 30 and len(doc["draft_samples"]) == 24
     prof = fit_profile(doc, "samples")
     assert (prof.target.alpha, prof.target.gamma, prof.target.delta_ms) == pytest.approx(TARGET, rel=1e-3, abs=1e-4)
     assert (prof.draft.alpha, prof.draft.gamma, prof.draft.delta_ms) == pytest.approx(DRAFT, rel=1e-3, abs=1e-4)

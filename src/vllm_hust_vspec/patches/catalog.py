@@ -18,6 +18,7 @@ from vllm_hust_vspec.patches import (
     draft_confidence_sample,
     draft_confidence_take,
     draft_trim,
+    drafter_k0,
     requirements_ascend,
     requirements_hust,
     scheduler_k,
@@ -41,6 +42,7 @@ _MODULES: tuple[ModuleType, ...] = (
     draft_confidence_sample,
     draft_confidence_propose,
     draft_confidence_take,
+    drafter_k0,
     cpu_expand_kernel,
     startup_calibration,
 )

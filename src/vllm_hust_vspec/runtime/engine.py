@@ -96,11 +96,13 @@ class EngineRuntime:
         self.kmax = int(scheduler.num_spec_tokens)
         self.max_num_seqs = int(scheduler.scheduler_config.max_num_seqs)
         self.varies_k = methods.varies_k(self.method)
-        # drafter passes at K = 0, a fact of the method (vLLM 0.32 still runs one forward)
-        self.draft_min_steps = methods.draft_forwards(self.method, 0)
+        self._sync = not getattr(scheduler.scheduler_config, "async_scheduling", False)
+        # drafter passes at K = 0, a fact of the method (the host runs one forward; none for
+        # the draft model under synchronous scheduling, patch drafter-k0)
+        self._skip_k0 = self._sync and settings.adaptive_k0_drafter == "skip"
+        self.draft_min_steps = methods.draft_forwards(self.method, 0, self._skip_k0)
         # draft confidences: asked of the workers only when the controller uses them, and only
         # under synchronous scheduling (where the drafts come back to the engine core)
-        self._sync = not getattr(scheduler.scheduler_config, "async_scheduling", False)
         self.controller = self._controller(
             settings, getattr(spec, "num_speculative_tokens_per_batch_size", None))
         self.step = 0
@@ -268,7 +270,7 @@ class EngineRuntime:
         self.controller.observe(StepResult(
             step=clocked.step, batch_size=batch, k_verified=clocked.k_verified, results=(),
             wall_ms=timed_ms,
-            num_draft_steps=methods.draft_forwards(self.method, clocked.k_drafted),
+            num_draft_steps=methods.draft_forwards(self.method, clocked.k_drafted, self._skip_k0),
             k_drafted=clocked.k_drafted,
             drafted=verified.drafted if some else None,
             accepted=verified.accepted if some else None,

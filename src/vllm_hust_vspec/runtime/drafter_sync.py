@@ -1,0 +1,183 @@
+"""K = 0 without a drafter pass, and exact resume (worker side, the draft-model drafter).
+
+vLLM 0.32 runs the drafter's first pass over every request even when a step drafts K = 0,
+to keep the drafter's KV cache in sync with the target; so K = 0 costs one drafter forward.
+Here a K = 0 step runs no drafter forward at all, and a request that drafts again has its
+drafter KV made whole first: one extra drafter pass over the tokens it missed (ragged per
+request, like a prefill chunk), before the host's first pass of that step.
+
+The draft model's KV at position p depends on the tokens 0..p only (the draft model reads
+token ids, not target hidden states), and its layers use the target's block table, so the
+missed positions are recomputed from the request's tokens (``InputBatch.token_ids_cpu``)
+into the same slots.  :class:`DrafterSync` keeps, per request, how many leading positions
+hold valid drafter KV (``synced``): after a host pass it is the first position that pass
+did not write (its valid inputs; the extra next-token slot is not counted, so one position
+may be recomputed); a new request, a cache hit on a prefix, or a request recomputed after
+preemption starts at 0 once any step was skipped (their blocks may have been written while
+the drafter sat out).  Before the first skip nothing is ever caught up: the host's own
+behaviour, bit for bit.
+
+Methods that read target hidden states (EAGLE, EAGLE-3, MTP) would need those states for
+the missed positions; they keep the host's K = 0 forward (``methods.K0_SKIPPED``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from vllm_hust_vspec import settings as settings_mod
+from vllm_hust_vspec.methods import K0_SKIPPED as SKIP_METHODS  # K = 0 runs no forward
+_ATTR = "_vspec_drafter_sync"
+
+
+@dataclasses.dataclass
+class DrafterSync:
+    """Per-request drafter KV coverage of one drafter, and what skipping did."""
+
+    enabled: bool  # the skip applies to this drafter (can_skip, adaptive_k0_drafter skip)
+    synced: dict[str, int] = dataclasses.field(default_factory=dict)
+    ever_skipped: bool = False
+    steps_skipped: int = 0  # K = 0 steps that ran no drafter forward
+    passes_caught_up: int = 0  # extra drafter passes run to resume
+    tokens_caught_up: int = 0  # positions those passes recomputed
+
+    def gaps(self, req_ids: Sequence[str], first: np.ndarray) -> list[tuple[int, int, int]]:
+        """``(row, start, end)`` for every request of this step whose drafter KV is missing
+        at positions ``start..end-1`` before its first input position ``first[row]``."""
+        if not self.ever_skipped:
+            return []
+        out = []
+        for row, (rid, p0) in enumerate(zip(req_ids, first.tolist())):
+            s = self.synced.get(rid, 0)
+            if s > p0:  # recomputed from an earlier position (preemption): blocks are new
+                s = 0
+            if s < p0:
+                out.append((row, s, p0))
+        return out
+
+    def advance(self, req_ids: Sequence[str], covered: np.ndarray) -> None:
+        """After a host pass: each request's drafter KV is valid below ``covered[row]``."""
+        for rid, end in zip(req_ids, covered.tolist()):
+            self.synced[rid] = int(end)
+
+    def prune(self, live: Any) -> None:
+        """Forget requests the runner no longer holds (finished or aborted)."""
+        if len(self.synced) > 2 * max(len(live), 8):
+            self.synced = {r: s for r, s in self.synced.items() if r in live}
+
+
+def state_of(drafter: Any) -> DrafterSync:
+    sync = drafter.__dict__.get(_ATTR)
+    if sync is None:
+        enabled = can_skip(drafter) and settings_mod.from_env().adaptive_k0_drafter == "skip"
+        sync = drafter.__dict__[_ATTR] = DrafterSync(enabled=enabled)
+    return sync
+
+
+def can_skip(drafter: Any) -> bool:
+    """The skip can apply: a draft-model drafter, synchronous scheduling, no context
+    parallelism, no M-RoPE (the catch-up writes plain positions and plain slots)."""
+    config = drafter.vllm_config
+    parallel = config.parallel_config
+    return (drafter.method in SKIP_METHODS
+            and not getattr(config.scheduler_config, "async_scheduling", False)
+            and getattr(parallel, "decode_context_parallel_size", 1) == 1
+            and getattr(parallel, "prefill_context_parallel_size", 1) == 1
+            and not drafter.uses_mrope)
+
+
+def propose(original: Any, drafter: Any, runner: Any, inputs: dict[str, Any]) -> Any:
+    """The drafter's ``propose`` (``inputs``: its keyword arguments): no forward at K = 0,
+    a catch-up pass before the first pass of a step whose requests missed positions, the
+    host's pass otherwise."""
+    import torch
+
+    sync = state_of(drafter)
+    if not sync.enabled or runner is None:
+        return original(drafter, **inputs)
+    cad = inputs["common_attn_metadata"]
+    rows = cad.batch_size()
+    starts = cad.query_start_loc_cpu[: rows + 1].numpy().astype(np.int64)
+    positions = inputs["target_positions"]
+    first = positions[torch.as_tensor(starts[:-1])].cpu().numpy().astype(np.int64)
+    req_ids = list(runner.input_batch.req_ids[:rows])
+    if inputs["num_speculative_tokens"] == 0:
+        sync.ever_skipped = True
+        sync.steps_skipped += 1
+        return torch.empty(rows, 0, device=inputs["target_token_ids"].device, dtype=torch.int64)
+    gaps = sync.gaps(req_ids, first)
+    if gaps:
+        catch_up(drafter, runner, cad, gaps, sync)
+    drafts = original(drafter, **inputs)
+    covered = first + np.diff(starts)
+    rejected = inputs.get("num_rejected_tokens_gpu")
+    if rejected is not None:
+        covered = covered - rejected[:rows].cpu().numpy().astype(np.int64)
+    sync.advance(req_ids, covered)
+    sync.prune(runner.requests)
+    return drafts
+
+
+def catch_up(drafter: Any, runner: Any, cad: Any, gaps: list[tuple[int, int, int]],
+             sync: DrafterSync) -> None:
+    """Run the draft model over each gap's tokens (positions ``start..end-1`` of its row),
+    writing its KV into the request's slots; gaps longer than the drafter's token buffer
+    go in several passes, in order."""
+    pending = [list(g) for g in gaps]
+    limit = int(drafter.max_num_tokens)
+    while pending:
+        batch, room = [], limit
+        for g in pending:
+            if room <= 0:
+                break
+            take = min(room, g[2] - g[1])
+            batch.append((g[0], g[1], g[1] + take))
+            g[1] += take
+            room -= take
+        pending = [g for g in pending if g[1] < g[2]]
+        _pass(drafter, runner, cad, batch)
+        sync.passes_caught_up += 1
+        sync.tokens_caught_up += sum(e - s for _, s, e in batch)
+
+
+def _pass(drafter: Any, runner: Any, cad: Any, chunk: list[tuple[int, int, int]]) -> None:
+    """One drafter forward over ``chunk`` (rows of ``cad``, position ranges), like a prefill
+    chunk of those requests: causal attention over positions 0..end-1 of each."""
+    import torch
+    from vllm.config import CUDAGraphMode
+    from vllm.forward_context import set_forward_context
+    from vllm.v1.attention.backend import CommonAttentionMetadata
+
+    device = drafter.input_ids.device
+    tokens = runner.input_batch.token_ids_cpu
+    block_size = int(runner.input_batch.block_table[0].block_size)
+    rows = [r for r, _, _ in chunk]
+    lens = np.array([e - s for _, s, e in chunk], dtype=np.int64)
+    ends = np.array([e for _, _, e in chunk], dtype=np.int64)
+    ids = np.concatenate([tokens[r, s:e] for r, s, e in chunk])
+    pos = np.concatenate([np.arange(s, e, dtype=np.int64) for _, s, e in chunk])
+    n = int(lens.sum())
+    table = cad.block_table_tensor[torch.as_tensor(rows, device=cad.block_table_tensor.device)]
+    owner = torch.as_tensor(np.repeat(np.arange(len(chunk)), lens), device=table.device)
+    pos_t = torch.as_tensor(pos, device=table.device)
+    slots = (table[owner, pos_t // block_size].to(torch.int64) * block_size
+             + pos_t % block_size).to(device)
+    qsl = torch.as_tensor(np.concatenate([[0], np.cumsum(lens)]), dtype=torch.int32)
+    seq = torch.as_tensor(ends, dtype=torch.int32)
+    meta = CommonAttentionMetadata(
+        query_start_loc=qsl.to(device), query_start_loc_cpu=qsl, seq_lens=seq.to(device),
+        num_reqs=len(chunk), num_actual_tokens=n, max_query_len=int(lens.max()),
+        max_seq_len=int(ends.max()), block_table_tensor=table.to(device), slot_mapping=slots,
+        causal=True, seq_lens_cpu_upper_bound=seq, positions=pos_t.to(device))
+    drafter.input_ids[:n] = torch.as_tensor(ids, device=device, dtype=drafter.input_ids.dtype)
+    drafter._set_positions(n, pos_t.to(device))
+    _, per_layer = drafter.build_per_group_and_layer_attn_metadata(meta)
+    model_kwargs, _ = drafter.build_model_inputs_first_pass(n, n, None)
+    with set_forward_context(per_layer, drafter.vllm_config, num_tokens=n,
+                             cudagraph_runtime_mode=CUDAGraphMode.NONE,
+                             slot_mapping=drafter._get_slot_mapping(n, slots)):
+        drafter.model(**model_kwargs)
