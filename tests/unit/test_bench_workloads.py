@@ -145,3 +145,12 @@ def test_combine_phases():
     assert (none.mean_accept_len, none.mean_k) == (1.0, 0.0)
     with pytest.raises(D.DriveError, match="no output"):
         D.combine([{"total_output_tokens": 0, "duration": 1.0, "completed": 0}], None)
+
+
+def test_plugin_at_a_fixed_k_is_a_configuration():
+    got = C.parse_configs("none,plugin:0,plugin:2", (1, 2), 4)
+    assert [(c.name, c.policy, c.k, c.plugin) for c in got] == [
+        ("none", "none", 0, False), ("plugin-k0", "plugin_fixed", 0, True),
+        ("plugin-k2", "plugin_fixed", 2, True)]
+    with pytest.raises(C.ConfigError, match="K=5 exceeds Kmax=4"):
+        C.parse_configs("plugin:5", (1,), 4)

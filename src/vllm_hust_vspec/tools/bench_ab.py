@@ -58,7 +58,8 @@ class AbError(VspecError):
 def add_ab_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--configs", default=DEFAULT_CONFIGS,
                    help="Configurations, comma-separated: none, fixed (one per K of --fixed-ks), "
-                        "fixed:K, native_table, online, budget (default %(default)s).")
+                        "fixed:K, native_table, online, budget, plugin:K (the plugin on at a fixed "
+                        "K; plugin:0 measures what K = 0 costs) (default %(default)s).")
     p.add_argument("--fixed-ks", default=None, metavar="K,K",
                    help="K values of the 'fixed' configurations (default: 1..Kmax, Kmax = the "
                         "launcher's --gamma).")

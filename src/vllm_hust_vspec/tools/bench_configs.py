@@ -8,7 +8,10 @@ Configuration names on the command line (``--configs``):
 * ``native_table``  vLLM's ``num_speculative_tokens_per_batch_size`` (the table of
                     ``--native-table``), Kmax = the launcher's ``--gamma``, plugin off;
 * ``online``        the plugin on, ``--adaptive-policy online``, K <= Kmax;
-* ``budget``        the plugin on, ``--adaptive-policy budget``.
+* ``budget``        the plugin on, ``--adaptive-policy budget``;
+* ``plugin:K``      the plugin on at a fixed K (``--adaptive-policy fixed
+                    --adaptive-fixed-gamma K``, 0 <= K <= Kmax): ``plugin:0`` is the plugin's
+                    K = 0 against ``none`` (what K = 0 costs).
 
 Pure Python: no vLLM import.
 """
@@ -23,8 +26,8 @@ from collections.abc import Sequence
 from vllm_hust_vspec.errors import VspecError
 from vllm_hust_vspec.settings import SettingsError, parse_schedule
 
-PLUGIN_POLICIES = ("online", "budget")
-CONFIG_NAMES = ("none", "fixed", "native_table", *PLUGIN_POLICIES)
+PLUGIN_POLICIES = ("online", "budget", "plugin_fixed")
+CONFIG_NAMES = ("none", "fixed", "native_table", "online", "budget", "plugin")
 
 NativeTable = list[list[int]]  # [[range_start, range_end, K], ...] (inclusive ranges)
 
@@ -36,8 +39,8 @@ class ConfigError(VspecError, ValueError):
 @dataclasses.dataclass(frozen=True)
 class BenchConfig:
     name: str  # as reported in results.json ("none", "fixed-k2", "native_table", "online")
-    policy: str  # none | fixed | native_table | online | budget
-    k: int  # K for fixed, Kmax for native_table/online/budget, 0 for none
+    policy: str  # none | fixed | native_table | online | budget | plugin_fixed
+    k: int  # K for fixed and plugin_fixed, Kmax for native_table/online/budget, 0 for none
 
     @property
     def plugin(self) -> bool:
@@ -77,11 +80,16 @@ def parse_configs(text: str, fixed_ks: Sequence[int], kmax: int) -> list[BenchCo
         elif raw.startswith("fixed:"):
             (k,) = parse_int_list(raw[len("fixed:"):], f"--configs {raw}")
             out.append(BenchConfig(f"fixed-k{k}", "fixed", k))
-        elif raw in ("native_table", *PLUGIN_POLICIES):
+        elif raw.startswith("plugin:"):
+            (k,) = parse_int_list(raw[len("plugin:"):], f"--configs {raw}", minimum=0)
+            if k > kmax:
+                raise ConfigError(f"--configs {raw}: K={k} exceeds Kmax={kmax} (--gamma)")
+            out.append(BenchConfig(f"plugin-k{k}", "plugin_fixed", k))
+        elif raw in ("native_table", "online", "budget"):
             out.append(BenchConfig(raw, raw, kmax))
         else:
             raise ConfigError(f"--configs: unknown configuration {raw!r} (known: none, fixed, "
-                              f"fixed:K, native_table, {', '.join(PLUGIN_POLICIES)})")
+                              f"fixed:K, native_table, online, budget, plugin:K)")
     if not out:
         raise ConfigError("--configs: give at least one configuration")
     names = [c.name for c in out]

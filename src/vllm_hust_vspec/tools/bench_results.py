@@ -7,8 +7,8 @@ the ratio tables (each configuration / ``none`` and / the best fixed K of the sa
      "runs": [{"config", "policy", "k", "workload", "concurrency", "round",
                "output_tok_s", "tpot_ms", "mean_accept_len", "mean_k"}, ...]}
 
-``policy`` is one of none | fixed | native_table | online | budget; ``k`` is K for ``fixed``,
-Kmax for the others and 0 for ``none``; ``concurrency`` is an int or ``"swing"``.  Goals are
+``policy`` is one of none | fixed | native_table | online | budget | plugin_fixed; ``k`` is K for
+``fixed`` and ``plugin_fixed``, Kmax for the others and 0 for ``none``; ``concurrency`` is an int or ``"swing"``.  Goals are
 judged on medians over rounds; spread is reported as min..max.
 
 Pure Python: no vLLM import.
@@ -26,7 +26,7 @@ from typing import Any
 
 from vllm_hust_vspec.errors import VspecError
 
-POLICIES = ("none", "fixed", "native_table", "online", "budget")
+POLICIES = ("none", "fixed", "native_table", "online", "budget", "plugin_fixed")
 RUN_KEYS = ("config", "policy", "k", "workload", "concurrency", "round", "output_tok_s",
             "tpot_ms", "mean_accept_len", "mean_k")
 TOP_KEYS = ("command", "machine", "runs")

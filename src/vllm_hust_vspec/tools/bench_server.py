@@ -158,8 +158,9 @@ def server_command(base: BaseLaunch, config: BenchConfig, port: int,
     if config.plugin:
         if trace_file is None:
             raise ValueError("plugin configurations need a trace file")
-        argv, env = plugin_command(base, port, trace_file, environ,
-                                   ["--adaptive-policy", config.policy])
+        flags = (["--adaptive-policy", "fixed", "--adaptive-fixed-gamma", str(config.k)]
+                 if config.policy == "plugin_fixed" else ["--adaptive-policy", config.policy])
+        argv, env = plugin_command(base, port, trace_file, environ, flags)
         return ServerCommand(config, argv, env, trace_file)
     _res, plan = prepare(_with_flags(base.launcher_args, net), environ)
     argv = [plan.executable] + plan.argv[1:]
