@@ -196,7 +196,6 @@ def test_conflicting_flags(args, expect):
     "--confidence-accept-margin",  # confidence-accept: not built
     "--eagle-relaxed-accept-topk",  # relaxed top-K: not built
     "--adaptive-entropy-stop",  # vSpec top-2 entropy stop: ours is --adaptive-stop entropy (top-8)
-    "--adaptive-gamma0-mode",  # gamma-0 sync: not built
     "--eagle-tree-width",  # EAGLE tree: not built
     "--draft-active-vocab-size",  # active vocab: not built
     "--eagle-draft-lm-head-quantization",  # LM-head quantisation: not built
@@ -204,6 +203,13 @@ def test_conflicting_flags(args, expect):
 ])
 def test_unknown_flag(flag):
     fails(*BASE, flag, "1", "--dry-run", expect=("unrecognized arguments", flag))
+
+
+def test_vspec_k0_mode_is_refused_with_the_reason():
+    """K = 0 here is neither vSpec's sticky (cohort latch) nor its sync (a drafter step)."""
+    for args in (["--adaptive-gamma0-mode", "sync"], ["--adaptive-gamma0-mode=sticky"]):
+        fails(*BASE, *args, "--dry-run",
+              expect=("--adaptive-gamma0-mode", "no drafter forward", "--adaptive-k0-drafter run"))
 
 
 def test_abbreviated_flag_is_unknown():

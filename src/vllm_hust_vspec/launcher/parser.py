@@ -29,6 +29,16 @@ _GROUP_TITLES = {
 }
 
 
+# vSpec 0.14 flags whose meaning this release does not keep: refused with the reason.
+RETIRED = {
+    "--adaptive-gamma0-mode": (
+        "vSpec's K = 0 modes have no counterpart here: 'sticky' latched the whole cohort at "
+        "K = 0 until it drained, 'sync' ran a drafter step at K = 0; here a K = 0 step runs "
+        "no drafter forward and every request resumes on its own, its drafter caught up "
+        "first (--adaptive-k0-drafter run keeps vLLM's K = 0 drafter forward); drop the flag"),
+}
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse with a one-line error (``PROG: error: ...``) and exit status 2."""
 
@@ -101,6 +111,10 @@ def parse_cli(argv: Sequence[str]) -> tuple[dict[str, Any], list[str]]:
     """``(explicit options, extra vLLM args)``.  Only flags given on the command line are
     in the dict, converted and validated; a bad value raises :class:`LaunchError`."""
     ours, extra = split_extra_args(argv)
+    for arg in ours:
+        flag = arg.split("=", 1)[0]
+        if flag in RETIRED:
+            raise LaunchError(f"{flag}: {RETIRED[flag]}")
     ns = build_parser().parse_args(ours)
     explicit: dict[str, Any] = {}
     for name, raw in vars(ns).items():
