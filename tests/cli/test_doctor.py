@@ -118,6 +118,13 @@ def copy_declared_files(report: dict, dest: pathlib.Path) -> pathlib.Path:
     src_root = installed_vllm()
     files = {pathlib.Path(c["file"]) for c in report["checks"]}
     files |= {src_root / "__init__.py", src_root / "_version.py"}
+    for c in report["checks"]:  # an inherited symbol's own class lives in its module's file
+        parts = c["symbol"].split(".")[1:]
+        for n in range(len(parts), 0, -1):
+            candidate = src_root.joinpath(*parts[:n]).with_suffix(".py")
+            if candidate.is_file():
+                files.add(candidate)
+                break
     for f in files:
         target = dest / "vllm" / f.relative_to(src_root)
         target.parent.mkdir(parents=True, exist_ok=True)

@@ -52,7 +52,8 @@ def test_recorded_run_replays_exactly(fixtures_dir, tmp_path):
     assert len(lines_before_shutdown) == 1 + len(prompts)
     header = json.loads(lines_before_shutdown[0])
     assert header["format"] == "vspec-trace" and header["kmax"] == KMAX
-    assert header["max_num_seqs"] == 8 and header["cost"]["draft_min_steps"] == 1
+    # the draft model runs no forward at K = 0 (drafter-k0, synchronous scheduling)
+    assert header["max_num_seqs"] == 8 and header["cost"]["draft_min_steps"] == 0
     # the fitted step cost is positive (at a fixed K the bias and the drafter's per-pass cost
     # cannot be told apart, so only the sum is asserted): B = 1, K = KMAX
     c = header["cost"]

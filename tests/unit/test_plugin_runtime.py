@@ -33,6 +33,18 @@ def test_runtime_modules_import_without_vllm():
     assert out.returncode == 0, out.stderr
 
 
+def test_the_patch_declarations_import_without_numpy():
+    """The doctor reads the catalog where only this package is installed (no numpy, no
+    vLLM; tests/cli/test_manage_sh.py installs it so): the patch modules import the runtime
+    inside ``make`` only."""
+    code = ("import sys\n"
+            "import vllm_hust_vspec.patches.catalog, vllm_hust_vspec.tools.doctor\n"
+            "heavy = sorted(m for m in ('numpy', 'vllm', 'torch') if m in sys.modules)\n"
+            "assert not heavy, heavy\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+
+
 # --------------------------------------------------------------------------- guards
 
 def _spec(method="draft_model", k=4, table=None):

@@ -18,7 +18,6 @@ import functools
 from typing import Any
 
 from vllm_hust_vspec.patchspec import PROCESS_ENGINE, PatchSpec, Symbol
-from vllm_hust_vspec.runtime.engine import runtime_of
 
 _ASYNC = "vllm.v1.core.sched.async_scheduler"
 
@@ -38,6 +37,8 @@ SPEC = PatchSpec(
 
 
 def make(original: Any) -> Any:
+    from vllm_hust_vspec.runtime.engine import runtime_of
+
     @functools.wraps(original)
     def _update_after_schedule(self: Any, scheduler_output: Any) -> None:
         original(self, scheduler_output)

@@ -21,7 +21,6 @@ import functools
 from typing import Any
 
 from vllm_hust_vspec.patchspec import PROCESS_FRONTEND, PatchSpec, Symbol
-from vllm_hust_vspec.runtime.frontend import widen_capture_sizes
 
 _VLLM = "vllm.config.vllm"
 
@@ -45,6 +44,8 @@ GRAPH_HOSTS_ONLY = True
 
 
 def make(original: Any) -> Any:
+    from vllm_hust_vspec.runtime.frontend import widen_capture_sizes
+
     @functools.wraps(original)
     def _set_cudagraph_sizes(self: Any) -> None:
         explicit = self.compilation_config.cudagraph_capture_sizes is not None

@@ -1,7 +1,9 @@
 """Every patch of the project, in application order.
 
-Importing this module does NOT import vLLM: each patch module declares its ``SPEC`` at module
-level and imports the host only inside ``make``.  The doctor reads :func:`all_specs`; the
+Importing this module imports neither vLLM nor numpy: each patch module declares its ``SPEC``
+at module level and imports the host and the layers it calls into (runtime/, startup_cost/)
+only inside ``make``, so the doctor reads the declarations in an environment that has
+nothing but this package.  The doctor reads :func:`all_specs`; the
 plugin applies :func:`patches_for` this process and host.
 """
 

@@ -18,7 +18,6 @@ import functools
 from typing import Any
 
 from vllm_hust_vspec.patchspec import PROCESS_ENGINE, PatchSpec, Symbol
-from vllm_hust_vspec.runtime.engine import runtime_of
 
 _SCHED = "vllm.v1.core.sched.scheduler"
 
@@ -33,6 +32,8 @@ SPEC = PatchSpec(
 
 
 def make(original: Any) -> Any:
+    from vllm_hust_vspec.runtime.engine import runtime_of
+
     from vllm_hust_vspec.patches.draft_confidence_signals import FLAG
 
     @functools.wraps(original)

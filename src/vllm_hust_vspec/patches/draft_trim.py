@@ -17,7 +17,6 @@ import functools
 from typing import Any
 
 from vllm_hust_vspec.patchspec import PROCESS_ENGINE, PatchSpec, Symbol
-from vllm_hust_vspec.runtime.engine import runtime_of
 
 _SCHED = "vllm.v1.core.sched.scheduler"
 
@@ -35,6 +34,8 @@ SPEC = PatchSpec(
 
 
 def make(original: Any) -> Any:
+    from vllm_hust_vspec.runtime.engine import runtime_of
+
     @functools.wraps(original)
     def update_draft_token_ids(self: Any, draft_token_ids: Any) -> None:
         runtime = runtime_of(self)

@@ -21,7 +21,6 @@ import sys
 from typing import Any
 
 from vllm_hust_vspec.patchspec import PROCESS_WORKER, PatchSpec, Symbol
-from vllm_hust_vspec.runtime.drafter_sync import propose
 
 _BASE = "vllm.v1.spec_decode.llm_base_proposer"
 _RUNNER = "vllm.v1.worker.gpu_model_runner"
@@ -54,6 +53,8 @@ SPEC = PatchSpec(
 
 def make(original: Any) -> Any:
     from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+    from vllm_hust_vspec.runtime.drafter_sync import propose
 
     signature = inspect.signature(original)
 

@@ -15,7 +15,6 @@ import functools
 from typing import Any
 
 from vllm_hust_vspec.patchspec import PROCESS_ENGINE, PatchSpec, Symbol
-from vllm_hust_vspec.runtime.engine import runtime_of
 
 _SCHED = "vllm.v1.core.sched.scheduler"
 
@@ -32,6 +31,8 @@ SPEC = PatchSpec(
 
 
 def make(original: Any) -> Any:
+    from vllm_hust_vspec.runtime.engine import runtime_of
+
     @functools.wraps(original)
     def make_spec_decoding_stats(self: Any, spec_decoding_stats: Any, num_draft_tokens: int,
                                  num_accepted_tokens: int, num_invalid_spec_tokens: Any,

@@ -21,7 +21,6 @@ import functools
 from typing import Any
 
 from vllm_hust_vspec.patchspec import PROCESS_FRONTEND, PatchSpec, Symbol
-from vllm_hust_vspec.runtime.frontend import configure_speculative
 
 _ARGS = "vllm.engine.arg_utils"
 _SPEC = "vllm.config.speculative"
@@ -44,6 +43,8 @@ SPEC = PatchSpec(
 
 
 def make(original: Any) -> Any:
+    from vllm_hust_vspec.runtime.frontend import configure_speculative
+
     @functools.wraps(original)
     def create_speculative_config(self: Any, target_model_config: Any,
                                   target_parallel_config: Any) -> Any:

@@ -23,7 +23,6 @@ import functools
 import sys
 from typing import Any
 
-from vllm_hust_vspec.startup_cost.runner import run_at_start
 from vllm_hust_vspec.patchspec import PROCESS_ENGINE, PatchSpec, Symbol
 
 _CORE = "vllm.v1.engine.core"
@@ -68,6 +67,8 @@ def _engine_core_of(frame: Any) -> Any:
 
 
 def make(original: Any) -> Any:
+    from vllm_hust_vspec.startup_cost.runner import run_at_start
+
     @functools.wraps(original)
     def enable_envs_cache(*args: Any, **kwargs: Any) -> Any:
         result = original(*args, **kwargs)

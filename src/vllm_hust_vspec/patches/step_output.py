@@ -16,7 +16,6 @@ import functools
 from typing import Any
 
 from vllm_hust_vspec.patchspec import PROCESS_ENGINE, PatchSpec, Symbol
-from vllm_hust_vspec.runtime.engine import runtime_of
 
 _SCHED = "vllm.v1.core.sched.scheduler"
 
@@ -39,6 +38,8 @@ SPEC = PatchSpec(
 
 
 def make(original: Any) -> Any:
+    from vllm_hust_vspec.runtime.engine import runtime_of
+
     @functools.wraps(original)
     def update_from_output(self: Any, scheduler_output: Any, model_runner_output: Any) -> Any:
         runtime = runtime_of(self)
