@@ -138,9 +138,15 @@ def read_decisions(path: pathlib.Path) -> tuple[list[dict], list[dict], list[dic
             headers.append(rec)
         elif "policy" in rec:
             decisions.append(rec)
-        else:
+        elif "drafted" in rec:
             results.append(rec)
     return headers, decisions, results
+
+
+def read_drafter_records(path: pathlib.Path) -> list[dict]:
+    """The ``{"step", "drafter": {"skipped", "caught_up"}}`` records of a decision trace."""
+    return [rec["drafter"] for rec in map(json.loads, path.read_text().splitlines())
+            if isinstance(rec.get("drafter"), dict)]
 
 
 def assert_k_varied(decisions: list[dict], kmax: int) -> None:

@@ -23,6 +23,7 @@ from plugin_helpers import (
     plugin_env,
     prompt_ids,
     read_decisions,
+    read_drafter_records,
 )
 
 pytestmark = [pytest.mark.host, pytest.mark.slow]
@@ -59,8 +60,11 @@ def _run(fixtures, prompts, mode, trace, **engine):
         finally:
             close(llm)
     _, decisions, results = read_decisions(trace)
+    drafter = read_drafter_records(trace)
     return {"tokens": tokens, "results": [(r["step"], r["drafted"], r["accepted"]) for r in results],
-            "ks": [d["k"] for d in decisions], "sync": sync, "preemptions": len(preemptions)}
+            "ks": [d["k"] for d in decisions], "sync": sync, "preemptions": len(preemptions),
+            "trace_skipped": sum(d["skipped"] for d in drafter),
+            "trace_caught_up": sum(d["caught_up"] for d in drafter)}
 
 
 def _target(fixtures, prompts, **engine):
@@ -91,6 +95,9 @@ def _check(fixtures, prompts, tmp_path, **engine):
     s = skip["sync"]
     assert s.enabled and s.steps_skipped > 0 and s.tokens_caught_up > 0
     assert not run["sync"].enabled and run["sync"].steps_skipped == 0
+    # the decision trace's account (engine side) is the workers' own
+    assert (skip["trace_skipped"], skip["trace_caught_up"]) == (s.steps_skipped, s.tokens_caught_up)
+    assert (run["trace_skipped"], run["trace_caught_up"]) == (0, 0)
     accepted = sum(r[2] for r in skip["results"])
     print(f"K = 0 steps skipped {s.steps_skipped}, catch-up passes {s.passes_caught_up} over "
           f"{s.tokens_caught_up} tokens; accepted {accepted} (equal in both runs); "

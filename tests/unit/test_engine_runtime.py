@@ -234,3 +234,37 @@ def test_a_prefill_joining_the_step_does_not_change_the_decision_batch():
         r.num_computed_tokens = 0
     KLookup(rt)[3]
     assert seen[-1] == ("r0", "r1", "new")
+
+
+def test_the_ledger_counts_k0_skips_and_the_tokens_a_resume_catches_up(tmp_path):
+    """The decision trace's drafter records (the workers' rule, kept by the engine): each
+    K = 0 step is a skipped drafter forward; the first drafting step after a stretch of n
+    steps catches each request up by n positions (one of them the next-token slot the step
+    before the stretch already wrote: the account does not count that slot as valid)."""
+    sched = scheduler(kmax=4, n=2)
+    trace = tmp_path / "t.jsonl"
+    rt = runtime(sched, adaptive_policy="schedule", adaptive_schedule="1-8:0")
+    assert rt.ledger is not None
+    rt.outputs.trace = None
+    records = []
+    rt.outputs.records = lambda recs: records.extend(recs)
+
+    def step(k: int) -> None:
+        rt.gate.controller.decide = lambda view: __import__(
+            "vllm_hust_vspec.adaptive.observations", fromlist=["Decision"]).Decision(
+                k=k, k_i=None, policy="t", reason="t", est_accept=(), est_cost_ms=None)
+        KLookup(rt)[2]
+        out, mro = step_output(sched, {})
+        for r in sched.running:  # the scheduler advanced them in _update_after_schedule
+            r.num_computed_tokens += 1
+        with rt.output_step(out, mro):
+            for r in sched.running:
+                r.num_tokens += 1
+
+    for k in (2, 0, 0, 0, 2, 2, 0, 2):
+        step(k)
+    drafter = [r["drafter"] for r in records if "drafter" in r]
+    assert sum(d["skipped"] for d in drafter) == 4
+    assert [d["caught_up"] for d in drafter if not d["skipped"]] == [6, 2]  # 2 x 3, 2 x 1
+    assert rt.ledger.tokens_caught_up == 8 and rt.ledger.steps_skipped == 4
+    del trace

@@ -11,10 +11,10 @@ token ids, not target hidden states), and its layers use the target's block tabl
 missed positions are recomputed from the request's tokens (``InputBatch.token_ids_cpu``)
 into the same slots.  :class:`DrafterSync` keeps, per request, how many leading positions
 hold valid drafter KV (``synced``): after a host pass it is the first position that pass
-did not write (its valid inputs; the extra next-token slot is not counted, so one position
-may be recomputed); a new request, a cache hit on a prefix, or a request recomputed after
-preemption starts at 0 once any step was skipped (their blocks may have been written while
-the drafter sat out).  Before the first skip nothing is ever caught up: the host's own
+did not write (its valid inputs; the extra next-token slot is not counted, so after a
+stretch of n K = 0 steps n positions are recomputed, the first to the values it had); a
+new request, a cache hit on a prefix, or a request recomputed after preemption starts at 0
+once any step was skipped (their blocks may have been written while the drafter sat out).  Before the first skip nothing is ever caught up: the host's own
 behaviour, bit for bit.
 
 Methods that read target hidden states (EAGLE, EAGLE-3, MTP) would need those states for

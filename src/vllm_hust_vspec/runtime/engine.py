@@ -42,6 +42,7 @@ from vllm_hust_vspec.adaptive.observations import StepResult
 from vllm_hust_vspec.host.detect import host_label, process_label
 from vllm_hust_vspec.runtime.announce import announce, patches_in_effect
 from vllm_hust_vspec.runtime.controller_factory import build_controller, check_settings, is_fixed_at
+from vllm_hust_vspec.runtime.drafter_ledger import DrafterLedger
 from vllm_hust_vspec.runtime.gate import DecisionGate
 from vllm_hust_vspec.runtime.outputs import RuntimeOutputs, header_meta
 from vllm_hust_vspec.runtime.sim_trace import SimTraceRecorder
@@ -101,6 +102,9 @@ class EngineRuntime:
         # the draft model under synchronous scheduling, patch drafter-k0)
         self._skip_k0 = self._sync and settings.adaptive_k0_drafter == "skip"
         self.draft_min_steps = methods.draft_forwards(self.method, 0, self._skip_k0)
+        # the drafter's K = 0 skips and catch-ups, for the decision trace
+        self.ledger = (DrafterLedger() if self._skip_k0 and self.method in methods.K0_SKIPPED
+                       else None)
         # draft confidences: asked of the workers only when the controller uses them, and only
         # under synchronous scheduling (where the drafts come back to the engine core)
         self.controller = self._controller(
@@ -158,6 +162,8 @@ class EngineRuntime:
         if self.k_override is not None:
             k_host, limits = self.k_override.decide(running)
             self.gate.force(limits)
+            if k_host == 0 and self.ledger is not None:
+                self.ledger.ever_skipped = True  # the workers' drafter sat this step out
             return k_host
         self.step += 1
         d = self.gate.decide(self.step, running)
@@ -233,6 +239,8 @@ class EngineRuntime:
         self._verified.discard()
         self._positions = {}
         self.clock.arrived(time.perf_counter())
+        if self.ledger is not None and self.k_override is None:
+            self.ledger.before(self.scheduler.requests, scheduler_output.num_scheduled_tokens)
         sampled = model_runner_output.sampled_token_ids
         if not sampled or not self.outputs.wants_requests:
             return
@@ -277,6 +285,10 @@ class EngineRuntime:
             confidences=verified.confidences,
             context_lens=verified.context_lens if some else None))
         self._flush_records()
+        if self.ledger is not None:
+            record = self.ledger.after(clocked.step, clocked.k_drafted, self.scheduler.requests)
+            if record is not None:
+                self.outputs.records([record])
         if self._positions:
             accepted = dict(zip(verified.req_ids, verified.accepted.tolist()))
             self.outputs.step(self.scheduler, self._positions, accepted, batch,

@@ -42,11 +42,12 @@ class Trace:
     headers: list[dict[str, Any]]
     decisions: list[dict[str, Any]]
     results: list[dict[str, Any]]
+    drafter: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # K = 0 skips
 
 
 def load(path: str | pathlib.Path) -> Trace:
     path = pathlib.Path(path)
-    headers, decisions, results = [], [], []
+    headers, decisions, results, drafter = [], [], [], []
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except OSError as exc:
@@ -66,12 +67,14 @@ def load(path: str | pathlib.Path) -> Trace:
             decisions.append(rec)
         elif is_result(rec):
             results.append(rec)
+        elif isinstance(rec.get("drafter"), dict):
+            drafter.append(rec)
         else:
             raise TracePictureError(f"{path}:{n}", None,
-                                    "neither a header, a decision nor a result record")
+                                    "neither a header, a decision, a result nor a drafter record")
     if not headers:
         raise TracePictureError(str(path), None, f"no {TRACE_NAME!r} header: not a decision trace")
-    return Trace(path, headers, decisions, results)
+    return Trace(path, headers, decisions, results, drafter)
 
 
 # --------------------------------------------------------------------------- figures
@@ -132,6 +135,8 @@ def summary(trace: Trace) -> dict[str, Any]:
         "measured_goodput_tok_s": 1000.0 * committed / timed_ms if timed_ms > 0 else None,
         "timed_steps": len(timed),
         "median_est_over_measured_cost": statistics.median(ratios) if ratios else None,
+        "drafter_steps_skipped": sum(int(r["drafter"]["skipped"]) for r in trace.drafter),
+        "drafter_tokens_caught_up": sum(int(r["drafter"]["caught_up"]) for r in trace.drafter),
     }
 
 
@@ -149,6 +154,8 @@ def summary_text(s: dict[str, Any]) -> str:
         f"  measured goodput: {'n/a' if goodput is None else f'{goodput:.1f} tok/s'} over "
         f"{s['timed_steps']} timed steps; estimated / measured step cost: median "
         f"{'n/a' if ratio is None else f'{ratio:.2f}'}",
+        f"  drafter: {s['drafter_steps_skipped']} K = 0 steps without a forward, "
+        f"{s['drafter_tokens_caught_up']} tokens caught up",
     ])
 
 

@@ -1,0 +1,60 @@
+"""The engine's account of the drafter's K = 0 skips and catch-ups (the ``drafter-k0`` patch).
+
+The drafter lives in the workers; the decision trace is written here.  The rule the worker
+follows (``runtime/drafter_sync.py``) needs only what the scheduler knows, so the engine
+keeps the same account: a step that drafts K = 0 runs no drafter forward; a step that drafts
+K > 0 first catches each of its requests up from the first position without drafter KV to
+its first input position; after a drafting step a request's drafter KV is valid below its
+computed tokens.  Each step with a skip or a catch-up adds a record to the decision trace::
+
+    {"step": s, "drafter": {"skipped": 0 | 1, "caught_up": tokens}}
+
+``tests/host/test_k0_skip.py`` checks these counts against the worker's.  Pure Python.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+
+class DrafterLedger:
+    def __init__(self) -> None:
+        self.synced: dict[str, int] = {}
+        self.ever_skipped = False
+        self.steps_skipped = 0
+        self.tokens_caught_up = 0
+        self._first: dict[str, int] = {}
+
+    def before(self, requests: Mapping[str, Any], scheduled: Mapping[str, int]) -> None:
+        """The step's requests and their first input positions (their computed tokens before
+        the step: ``_update_after_schedule`` already added the scheduled ones)."""
+        self._first = {}
+        for rid, n in scheduled.items():
+            request = requests.get(rid)
+            if request is not None:
+                self._first[rid] = int(request.num_computed_tokens) - int(n)
+
+    def after(self, step: int, k_drafted: int, requests: Mapping[str, Any]) -> dict | None:
+        """After the step's output: its record, or None when it skipped and caught up nothing."""
+        if k_drafted == 0:
+            self.ever_skipped = True
+            self.steps_skipped += 1
+            return {"step": step, "drafter": {"skipped": 1, "caught_up": 0}}
+        caught = 0
+        for rid, p0 in self._first.items():
+            s = self.synced.get(rid, 0)
+            if self.ever_skipped:
+                if s > p0:
+                    s = 0
+                caught += max(0, p0 - s)
+            request = requests.get(rid)
+            if request is not None and not request.is_finished():
+                self.synced[rid] = int(request.num_computed_tokens)
+            else:
+                self.synced.pop(rid, None)
+        self._first = {}
+        if len(self.synced) > 2 * max(len(requests), 8):
+            self.synced = {r: v for r, v in self.synced.items() if r in requests}
+        self.tokens_caught_up += caught
+        return {"step": step, "drafter": {"skipped": 0, "caught_up": caught}} if caught else None
