@@ -319,3 +319,65 @@ def test_demo_end_to_end(fixtures_dir, tmp_path):
     assert (out / "ab.png").read_bytes()[:4] == b"\x89PNG"
     pids = [int(p) for p in re.findall(r"server pid (\d+)", proc.stdout)]
     assert len(pids) == 3 and not any(_alive(p) for p in pids)
+
+
+def _datasets(fixtures_dir, tmp_path):
+    prompts = [json.loads(line)["prompt"]
+               for line in (fixtures_dir / "prompts" / "code.jsonl").read_text().splitlines()]
+    sharegpt = tmp_path / "sg.json"
+    sharegpt.write_text(json.dumps([
+        {"id": str(i), "conversations": [{"from": "human", "value": p},
+                                         {"from": "gpt", "value": "a b c d e f"}]}
+        for i, p in enumerate(prompts)]))
+    custom = tmp_path / "c.jsonl"
+    custom.write_text("".join(json.dumps({"prompt": p, "output_tokens": 6}) + "\n"
+                              for p in prompts[:5]))
+    return sharegpt, custom
+
+
+@pytest.mark.slow
+def test_the_users_own_traffic_open_loop(fixtures_dir, tmp_path):
+    """--dataset in ShareGPT and in vLLM's custom JSONL format, with Poisson arrivals
+    (--request-rate): the dataset workload's cells run on real servers, and every
+    configuration gets the same requests."""
+    sharegpt, custom = _datasets(fixtures_dir, tmp_path)
+    env = clean_env(HUST_VSPEC_MODEL_DIR=str(fixtures_dir))
+    for spec, configs in ((f"sharegpt:{sharegpt}", "none,fixed:2"), (f"custom:{custom}", "none")):
+        out = tmp_path / spec.split(":")[0]
+        proc = bench("--dataset", spec, "--request-rate", "20", "--output-dir", str(out),
+                     "--configs", configs, "--concurrency", "2", "--rounds", "1",
+                     "--output-len", "8", "--requests-per-slot", "1", "--min-requests", "3",
+                     "--warmup-requests", "0", "--", "--config", PRESET, env=env, timeout=900)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        from vllm_hust_vspec.tools.bench_results import validate_results
+
+        runs = validate_results(json.loads((out / "results.json").read_text()))
+        assert {(r.workload, r.concurrency) for r in runs} == {("dataset", 2)}
+        assert len(runs) == len(configs.split(",")) and all(r.output_tok_s > 0 for r in runs)
+        logs = sorted((out / "logs").glob("*.bench.log"))
+        # every configuration sent the dataset's 3 requests, open loop at the rate asked
+        assert len(logs) == len(runs)
+        for log in logs:
+            text = log.read_text()
+            assert "### dataset@2 concurrency=2 requests=3" in text
+            assert "Traffic request rate: 20.0" in text, log
+
+
+def test_a_bad_dataset_is_one_error_before_any_server(fixtures_dir, tmp_path):
+    sharegpt, custom = _datasets(fixtures_dir, tmp_path)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"prompt": "a"}\n{"text": "no prompt"}\n')
+    env = clean_env(HUST_VSPEC_MODEL_DIR=str(fixtures_dir))
+    for args, expect in (
+            (["--dataset", f"custom:{bad}"], f"{bad}:2: expected an object with a string 'prompt'"),
+            (["--dataset", f"sharegpt:{custom}"], f"{custom}: invalid JSON"),
+            (["--dataset", f"custom:{tmp_path / 'none.jsonl'}"], "not found"),
+            (["--dataset", "random:x"], "expected random:INPUT_LEN,OUTPUT_LEN"),
+            (["--dataset", f"custom:{custom}", "--workloads", "code"], "needs the dataset workload"),
+            (["--workloads", "dataset"], "the dataset workload needs --dataset"),
+            (["--dataset", f"custom:{custom}", "--request-rate", "0"], "expected a number > 0")):
+        proc = bench(*args, "--output-dir", str(tmp_path / "out"), "--configs", "none",
+                     "--", "--config", PRESET, env=env)
+        assert proc.returncode == 2, (args, proc.stdout, proc.stderr)
+        assert proc.stderr.count("error:") == 1 and expect in proc.stderr, (args, proc.stderr)
+        assert "server pid" not in proc.stdout

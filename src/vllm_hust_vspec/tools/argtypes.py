@@ -23,3 +23,14 @@ def nonneg_float(text: str) -> float:
     if not v >= 0:
         raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
     return v
+
+
+def positive_float(text: str) -> float:
+    """A number > 0 (``inf`` allowed)."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}") from None
+    if not v > 0:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
+    return v

@@ -39,14 +39,17 @@ from vllm_hust_vspec.progress import Progress, format_seconds
 from vllm_hust_vspec.settings import SettingsError
 
 from . import bench_configs as cfgs
+from .bench_datasets import load as load_dataset
 from . import bench_results as results
 from . import bench_workloads as wl
+from .argtypes import positive_float as _positive_float
 from .argtypes import positive_int as _positive_int
 from .fixture_dir import fixtures_dir
 from .bench_server import BaseLaunch, Server, ServerCommand, ServerError, resolve_base, server_command
 
 PROG = "vllm-hust-vspec-bench"
 DEFAULT_CONFIGS = "none,fixed,native_table,online,budget"
+DEFAULT_WORKLOADS = ",".join(w for w in wl.WORKLOADS if w != "dataset")
 DEFAULT_CONCURRENCY = "1,4,16"
 PREVIEW_PORT = 8000  # the port shown in dry runs (real runs pick a free one per server)
 
@@ -67,9 +70,18 @@ def add_ab_args(p: argparse.ArgumentParser) -> None:
                    help="vLLM's num_speculative_tokens_per_batch_size for native_table: a profile "
                         "with batch_gamma_policy (vllm-hust-vspec-profile) or inline ranges, "
                         "e.g. 1-2:4,3-8:2,9-16:1.")
-    p.add_argument("--workloads", default=",".join(wl.WORKLOADS),
+    p.add_argument("--workloads", default=None,
                    help="Workloads, comma-separated, from: " + ", ".join(wl.WORKLOADS)
-                        + " (default: all).")
+                        + " (default: all but dataset; with --dataset: dataset).")
+    p.add_argument("--dataset", default=None, metavar="custom:PATH|sharegpt:PATH|random:IN,OUT",
+                   help="The user's own prompts as the 'dataset' workload: vLLM's custom "
+                        "JSON-lines format, ShareGPT JSON, or vLLM's synthetic random dataset "
+                        "(prompt and output lengths in tokens), sampled once by vLLM with the "
+                        "target's tokenizer and --seed.")
+    p.add_argument("--request-rate", type=_positive_float, default=float("inf"), metavar="R",
+                   help="Open-loop arrivals: R requests/s, Poisson (as vllm bench serve), "
+                        "still capped by each cell's concurrency (default: inf, every request "
+                        "at once, closed loop by concurrency).")
     p.add_argument("--concurrency", default=DEFAULT_CONCURRENCY, metavar="N,N",
                    help="Concurrencies of the non-swing workloads (default %(default)s).")
     p.add_argument("--swing-phases", default=",".join(map(str, wl.SWING_PHASES)), metavar="N,N",
@@ -157,19 +169,29 @@ class _Plan:
 
     def __init__(self, a: argparse.Namespace, launcher_args: Sequence[str]) -> None:
         environ = dict(os.environ)
-        self.workloads = wl.parse_workloads(a.workloads)
+        self.workloads = wl.parse_workloads(
+            a.workloads if a.workloads is not None else ("dataset" if a.dataset else DEFAULT_WORKLOADS))
+        if ("dataset" in self.workloads) != bool(a.dataset):
+            raise AbError("the dataset workload needs --dataset, and --dataset needs the dataset "
+                          "workload in --workloads")
+        self.request_rate = float(a.request_rate)
         self.concurrency = cfgs.parse_int_list(a.concurrency, "--concurrency")
         self.swing_phases = _phases(a.swing_phases)
         prompts_dir = pathlib.Path(a.prompts_dir) if a.prompts_dir else default_prompts_dir()
         sets = wl.load_prompt_sets(prompts_dir, self.workloads)
-        self.cells = wl.build_cells(self.workloads, self.concurrency, sets,
-                                    per_slot=a.requests_per_slot, minimum=a.min_requests,
-                                    max_output=a.output_len, seed=a.seed,
-                                    swing_phases=self.swing_phases)
         if not launcher_args:
             raise AbError("give the server's launcher arguments after --, e.g. "
                           "-- --config configs/tiny-cpu-draft.toml --max-num-seqs 16")
         self.base = resolve_base(launcher_args, environ)
+        if a.dataset:
+            need = max(wl.requests_for(c, a.requests_per_slot, a.min_requests)
+                       for c in self.concurrency)
+            sets["dataset"] = load_dataset(a.dataset, self.base.target_path, need,
+                                           a.output_len, a.seed)
+        self.cells = wl.build_cells(self.workloads, self.concurrency, sets,
+                                    per_slot=a.requests_per_slot, minimum=a.min_requests,
+                                    max_output=a.output_len, seed=a.seed,
+                                    swing_phases=self.swing_phases)
         kmax = self.base.kmax
         fixed_ks = (cfgs.parse_int_list(a.fixed_ks, "--fixed-ks") if a.fixed_ks
                     else tuple(range(1, kmax + 1)))
@@ -340,7 +362,7 @@ def _run_config(plan: _Plan, config: cfgs.BenchConfig, rnd: int, warm: wl.Cell |
             assert server.model_name is not None
             with contextlib.redirect_stdout(log):  # vLLM's import chatter
                 driver = Driver(server.base_url, server.model_name,
-                                plan.base.target_path, log)
+                                plan.base.target_path, log, plan.request_rate)
             if warm is not None:
                 driver.run_phases(warm.phases, "warmup")
             parts = []

@@ -47,9 +47,11 @@ class CellResult:
 class Driver:
     """Sends requests to one server; ``log`` receives the benchmark's own printout."""
 
-    def __init__(self, base_url: str, model: str, tokenizer_path: str, log: TextIO) -> None:
+    def __init__(self, base_url: str, model: str, tokenizer_path: str, log: TextIO,
+                 request_rate: float = float("inf")) -> None:
         from vllm.tokenizers import get_tokenizer
 
+        self.request_rate = request_rate  # requests/s, Poisson arrivals; inf: all at once
         self.base_url = base_url
         self.model = model
         self.log = log
@@ -73,7 +75,7 @@ class Driver:
             task_type=TaskType.GENERATION, endpoint_type="openai",
             api_url=self.base_url + "/v1/completions", base_url=self.base_url,
             model_id=self.model, model_name=self.model, tokenizer=self.tokenizer,
-            input_requests=reqs, logprobs=None, request_rate=float("inf"), burstiness=1.0,
+            input_requests=reqs, logprobs=None, request_rate=self.request_rate, burstiness=1.0,
             disable_tqdm=True, num_warmups=0, profile=False,
             selected_percentile_metrics=["ttft", "tpot", "itl"], selected_percentiles=[99.0],
             ignore_eos=True, goodput_config_dict={}, max_concurrency=phase.concurrency,

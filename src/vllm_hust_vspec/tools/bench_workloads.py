@@ -15,7 +15,8 @@ Workloads:
                 all-hard;
 * ``swing``     the ``code`` set driven at concurrency 1, 4, 16, 4, 1 in phases on one server
                 (the load swings as real traffic does); its concurrency is reported as
-                ``"swing"``.
+                ``"swing"``;
+* ``dataset``   the user's own prompts (``--dataset``, :mod:`.bench_datasets`).
 
 Pure Python: no vLLM import.
 """
@@ -30,12 +31,12 @@ from collections.abc import Mapping, Sequence
 
 from vllm_hust_vspec.errors import VspecError
 
-WORKLOADS = ("code", "hard", "mixed", "shifting", "swing")
+WORKLOADS = ("code", "hard", "mixed", "shifting", "swing", "dataset")
 SWING = "swing"
 SWING_PHASES = (1, 4, 16, 4, 1)
 # The prompt sets each workload reads.
 PROMPT_SETS = {"code": ("code",), "hard": ("hard",), "mixed": ("code", "hard"),
-               "shifting": ("code", "hard"), "swing": ("code",)}
+               "shifting": ("code", "hard"), "swing": ("code",), "dataset": ("dataset",)}
 
 
 class WorkloadError(VspecError, ValueError):
@@ -122,7 +123,7 @@ def load_prompt_set(path: pathlib.Path, name: str) -> list[Prompt]:
 
 def load_prompt_sets(prompts_dir: pathlib.Path, workloads: Sequence[str]) -> dict[str, list[Prompt]]:
     """The prompt sets the given workloads need, read from ``prompts_dir/<set>.jsonl``."""
-    needed = sorted({s for w in workloads for s in PROMPT_SETS[w]})
+    needed = sorted({s for w in workloads for s in PROMPT_SETS[w] if s != "dataset"})
     return {s: load_prompt_set(prompts_dir / f"{s}.jsonl", s) for s in needed}
 
 
@@ -148,7 +149,7 @@ def build_requests(workload: str, sets: Mapping[str, Sequence[Prompt]], n: int,
     if n < 1 or max_output < 1:
         raise WorkloadError("a cell needs at least one request and one output token")
     rng = random.Random(f"{workload}:{seed}")
-    if workload in ("code", "hard", "swing"):
+    if workload in ("code", "hard", "swing", "dataset"):
         src = sets[PROMPT_SETS[workload][0]]
         picked = _take(src, rng.randrange(len(src)), n)
     elif workload == "mixed":
