@@ -4,7 +4,7 @@ What:   wraps ``vllm.v1.core.sched.scheduler.Scheduler.schedule`` (AsyncSchedule
         it); when the engine runtime wants draft signals (its controller uses confidences: the
         ``budget`` policy, a per-request stop, a confidence calibration; synchronous
         scheduling only) the returned ``SchedulerOutput`` gets ``vspec_draft_signals = True``,
-        which every worker's ``draft-confidence-propose`` reads.  Otherwise nothing is set and
+        which every worker's ``draft-propose`` reads.  Otherwise nothing is set and
         the workers compute nothing.
 Why:    the engine core owns the controller (and may switch policies in one engine), so it is
         the one to say per step whether the drafters spend time on confidences; the

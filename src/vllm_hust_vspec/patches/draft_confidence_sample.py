@@ -2,7 +2,7 @@
 
 What:   wraps ``vllm.v1.spec_decode.llm_base_proposer.SpecDecodeBaseProposer._sample_draft_tokens``
         (the one call that turns a drafting pass's hidden states into draft token ids, for
-        draft_model, EAGLE, EAGLE-3 and MTP).  Only while the ``draft-confidence-propose``
+        draft_model, EAGLE, EAGLE-3 and MTP).  Only while the ``draft-propose``
         patch has armed the drafter (the engine asked for confidences this step) it appends
         the pass's (confidence, top-8 entropy) per row, float32, see
         :mod:`.draft_confidence_signals`.  Greedy drafts: the logits are computed once here

@@ -1,7 +1,7 @@
 """Patch ``GPUModelRunner.take_draft_token_ids``: send the draft confidences with the drafts.
 
 What:   wraps ``vllm.v1.worker.gpu_model_runner.GPUModelRunner.take_draft_token_ids``; when
-        ``draft-confidence-propose`` kept signals for the drafts now taken (same draft
+        ``draft-propose`` kept signals for the drafts now taken (same draft
         tensor), the returned ``DraftTokenIds`` gets two extra attributes, float32 numpy
         arrays of shape (len(req_ids), K) aligned with its rows: ``vspec_confidences`` and
         ``vspec_entropies`` (top-8 entropy, nats).  The signals are consumed either way.

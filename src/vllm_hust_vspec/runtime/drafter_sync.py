@@ -70,6 +70,25 @@ class DrafterSync:
             self.synced = {r: s for r, s in self.synced.items() if r in live}
 
 
+def skipped_step(runner: Any, scheduler_output: Any) -> Any | None:
+    """The empty drafts of a K = 0 step the drafter sits out (before the host prepares any
+    draft input), or None: the host proposes as usual."""
+    if scheduler_output.num_spec_tokens_to_schedule != 0:
+        return None
+    drafter = runner.__dict__.get("drafter")
+    if getattr(drafter, "method", None) not in SKIP_METHODS or not state_of(drafter).enabled:
+        return None
+    import torch
+
+    sync = state_of(drafter)
+    sync.ever_skipped = True
+    sync.steps_skipped += 1
+    runner._draft_probs = None
+    runner._draft_prob_req_ids = None
+    return torch.empty(runner.input_batch.num_reqs, 0, dtype=torch.int64,
+                       device=drafter.input_ids.device)
+
+
 def state_of(drafter: Any) -> DrafterSync:
     sync = drafter.__dict__.get(_ATTR)
     if sync is None:

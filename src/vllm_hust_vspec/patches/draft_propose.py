@@ -1,15 +1,23 @@
-"""Patch ``GPUModelRunner.propose_draft_token_ids``: arm the drafter's confidence recording.
+"""Patch ``GPUModelRunner.propose_draft_token_ids``: K = 0 skips the host's draft
+preparation; steps asked for draft signals arm the drafter's confidence recording.
 
 What:   wraps ``vllm.v1.worker.gpu_model_runner.GPUModelRunner.propose_draft_token_ids``
-        (CPUModelRunner inherits it).  When the step's ``SchedulerOutput`` carries the engine's
-        request for draft signals (set by ``draft-confidence-request``) and the drafter is a
-        ``SpecDecodeBaseProposer`` (draft_model, EAGLE, EAGLE-3, MTP), the drafter records
-        every drafting pass (``draft-confidence-sample``); afterwards the passes are stacked
-        into (num_reqs, K) float32 arrays kept on the runner with the draft tensor they belong
-        to, for ``draft-confidence-take``.  Otherwise the host runs untouched.
+        (CPUModelRunner inherits it).
+        * On a K = 0 step that the draft model sits out (``drafter-k0``: synchronous
+          scheduling, ``adaptive_k0_drafter`` skip), it returns the empty (num_reqs, 0)
+          drafts at once (``runtime.drafter_sync.skipped_step``, which records the skip for
+          the catch-up), without the next-token and padded-input preparation the host does
+          before it calls the drafter.
+        * When the step's ``SchedulerOutput`` carries the engine's request for draft signals
+          (set by ``draft-confidence-request``) and the drafter is a ``SpecDecodeBaseProposer``
+          (draft_model, EAGLE, EAGLE-3, MTP), the drafter records every drafting pass
+          (``draft-confidence-sample``); afterwards the passes are stacked into (num_reqs, K)
+          float32 arrays kept on the runner with the draft tensor they belong to, for
+          ``draft-confidence-take``.  Otherwise the host runs untouched.
 Why:    only the runner sees both the engine's per-step request and the drafts; the arrays
-        must be aligned with the rows ``take_draft_token_ids`` returns.
-Remove: with ``draft-confidence-sample``.
+        must be aligned with the rows ``take_draft_token_ids`` returns.  A K = 0 step's
+        preparation is part of what K = 0 cost over target-only.
+Remove: with ``draft-confidence-sample`` and ``drafter-k0``.
 """
 
 from __future__ import annotations
@@ -22,7 +30,7 @@ from vllm_hust_vspec.patchspec import PROCESS_WORKER, PatchSpec, Symbol
 _RUNNER = "vllm.v1.worker.gpu_model_runner"
 
 SPEC = PatchSpec(
-    name="draft-confidence-propose",
+    name="draft-propose",
     target=Symbol(_RUNNER, "GPUModelRunner.propose_draft_token_ids",
                   params=("scheduler_output",)),
     requires=(
@@ -30,7 +38,8 @@ SPEC = PatchSpec(
         Symbol("vllm.v1.spec_decode.llm_base_proposer", "SpecDecodeBaseProposer"),
     ),
     process=PROCESS_WORKER,
-    why="record draft confidences only in the steps whose engine asked for them",
+    why="K = 0 without the host's draft preparation; draft confidences only in the steps "
+        "whose engine asked for them",
     remove_when="the V1 proposers return draft confidences for greedy drafts",
 )
 
@@ -41,11 +50,15 @@ def make(original: Any) -> Any:
     from vllm.v1.spec_decode.llm_base_proposer import SpecDecodeBaseProposer
 
     from vllm_hust_vspec.patches import draft_confidence_signals as signals
+    from vllm_hust_vspec.runtime.drafter_sync import skipped_step
 
     flag, records_attr, result_attr = signals.FLAG, signals.RECORDS, signals.RESULT
 
     @functools.wraps(original)
     def propose_draft_token_ids(self: Any, scheduler_output: Any, *args: Any, **kwargs: Any) -> Any:
+        empty = skipped_step(self, scheduler_output)
+        if empty is not None:
+            return empty
         drafter = self.__dict__.get("drafter")
         if not getattr(scheduler_output, flag, False) or not isinstance(
             drafter, SpecDecodeBaseProposer
