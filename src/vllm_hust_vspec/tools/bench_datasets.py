@@ -24,7 +24,7 @@ import io
 import json
 import pathlib
 
-from .bench_workloads import Prompt, WorkloadError
+from .bench_workloads import Prompt, WorkloadError, jsonl_records
 
 KINDS = ("custom", "sharegpt", "random")
 SOURCE = "dataset"  # the prompt-set name of the dataset workload
@@ -44,19 +44,12 @@ def _check_file(kind: str, path: pathlib.Path, spec: str) -> bool:
     when every record sets its own output length."""
     if not path.is_file():
         raise WorkloadError(f"--dataset {spec}: {path} not found")
-    text = path.read_text(encoding="utf-8")
     if kind == "custom":
         if path.suffix != ".jsonl":
             raise WorkloadError(f"--dataset {spec}: vLLM reads the custom format from a .jsonl file")
         own = True
-        for i, line in enumerate(text.splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise WorkloadError(f"{path}:{i}: invalid JSON: {exc.msg}") from None
-            if not isinstance(rec, dict) or not isinstance(rec.get("prompt"), str):
+        for i, rec in jsonl_records(path):
+            if not isinstance(rec.get("prompt"), str):
                 raise WorkloadError(f"{path}:{i}: expected an object with a string 'prompt'")
             n = rec.get("output_tokens")
             if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
@@ -64,7 +57,7 @@ def _check_file(kind: str, path: pathlib.Path, spec: str) -> bool:
             own = own and n is not None
         return own
     try:
-        doc = json.loads(text)
+        doc = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
         raise WorkloadError(f"{path}: invalid JSON at line {exc.lineno}: {exc.msg}") from None
     if not isinstance(doc, list) or not any(

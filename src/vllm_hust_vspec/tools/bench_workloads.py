@@ -97,12 +97,10 @@ def parse_workloads(text: str) -> tuple[str, ...]:
     return names
 
 
-def load_prompt_set(path: pathlib.Path, name: str) -> list[Prompt]:
-    """Read one prompt set; every line must be ``{"prompt": str, "output_tokens": int >= 1}``."""
-    if not path.is_file():
-        raise WorkloadError(f"prompt set {name!r}: {path} not found (build the fixtures with "
-                            "./manage.sh fixtures, or pass --prompts-dir)")
-    out: list[Prompt] = []
+def jsonl_records(path: pathlib.Path) -> list[tuple[int, dict]]:
+    """``(line number, object)`` of every non-blank line of a JSON-lines file; a line that
+    is not a JSON object is one :class:`WorkloadError` naming the file and line."""
+    out = []
     for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
         if not line.strip():
             continue
@@ -110,7 +108,20 @@ def load_prompt_set(path: pathlib.Path, name: str) -> list[Prompt]:
             rec = json.loads(line)
         except json.JSONDecodeError as exc:
             raise WorkloadError(f"{path}:{i}: invalid JSON: {exc.msg}") from None
-        if not isinstance(rec, dict) or not isinstance(rec.get("prompt"), str) or not rec["prompt"]:
+        if not isinstance(rec, dict):
+            raise WorkloadError(f"{path}:{i}: expected a JSON object")
+        out.append((i, rec))
+    return out
+
+
+def load_prompt_set(path: pathlib.Path, name: str) -> list[Prompt]:
+    """Read one prompt set; every line must be ``{"prompt": str, "output_tokens": int >= 1}``."""
+    if not path.is_file():
+        raise WorkloadError(f"prompt set {name!r}: {path} not found (build the fixtures with "
+                            "./manage.sh fixtures, or pass --prompts-dir)")
+    out: list[Prompt] = []
+    for i, rec in jsonl_records(path):
+        if not isinstance(rec.get("prompt"), str) or not rec["prompt"]:
             raise WorkloadError(f"{path}:{i}: expected an object with a non-empty string 'prompt'")
         n = rec.get("output_tokens")
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
