@@ -1,13 +1,12 @@
-"""Patch ``DraftModelProposer.propose``: a K = 0 step runs no drafter forward; resume is exact.
+"""Patch ``DraftModelProposer.propose``: the draft model resumes exactly after K = 0 steps.
 
 What:   sets ``vllm.v1.spec_decode.draft_model.DraftModelProposer.propose`` (inherited from
         ``SpecDecodeBaseProposer``) to a wrapper that hands the call to
-        :func:`vllm_hust_vspec.runtime.drafter_sync.propose`: at K = 0 it returns the empty
-        (num_reqs, 0) drafts without running the draft model; before the first drafting
-        step after K = 0 steps it runs one extra draft-model pass over the tokens each
-        request missed, so its drafts are those of a drafter that never sat out.  The runner
-        (for the requests' tokens and ids) is the caller,
-        ``GPUModelRunner.propose_draft_token_ids``.
+        :func:`vllm_hust_vspec.runtime.drafter_sync.propose`: before the first drafting
+        step after K = 0 steps (which ``draft-propose`` ends before they reach the drafter)
+        it runs one extra draft-model pass over the tokens each request missed, so its
+        drafts are those of a drafter that never sat out.  The runner (for the requests'
+        tokens and ids) is the caller, ``GPUModelRunner.propose_draft_token_ids``.
 Why:    vLLM 0.32/0.33 run the drafter's first pass at K = 0 "to keep the drafter KV cache
         in sync" (``llm_base_proposer.py``): K = 0 cost 4-24% over target-only here.
 Remove: when vLLM skips the drafter at K = 0 and catches it up itself.
@@ -62,10 +61,10 @@ def make(original: Any) -> Any:
     def propose_(self: Any, *args: Any, **kwargs: Any) -> Any:
         caller = sys._getframe(1).f_locals.get("self")
         runner = caller if isinstance(caller, GPUModelRunner) else None
-        bound = signature.bind(self, *args, **kwargs)
-        bound.apply_defaults()
-        inputs = dict(bound.arguments)
-        inputs.pop(next(iter(signature.parameters)))
-        return propose(original, self, runner, inputs)
+        if args:  # the host passes keywords; bind a positional call to its names
+            bound = signature.bind(self, *args, **kwargs)
+            kwargs = dict(bound.arguments)
+            kwargs.pop(next(iter(signature.parameters)))
+        return propose(original, self, runner, kwargs)
 
     return propose_

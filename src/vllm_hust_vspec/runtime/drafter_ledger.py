@@ -18,6 +18,16 @@ from collections.abc import Mapping
 from typing import Any
 
 
+def missed_from(synced: int | None, first: int) -> int:
+    """The first position without valid drafter KV of a request whose step starts at
+    ``first``, once some step was skipped: its ``synced`` count (0 when unseen), or 0 when
+    it restarts below it (recomputed after preemption: its blocks are new).  The positions
+    ``missed_from(...)..first-1`` are caught up.  The one rule of the worker (drafter_sync)
+    and of this account."""
+    s = 0 if synced is None else synced
+    return 0 if s > first else s
+
+
 class DrafterLedger:
     def __init__(self) -> None:
         self.synced: dict[str, int] = {}
@@ -43,11 +53,8 @@ class DrafterLedger:
             return {"step": step, "drafter": {"skipped": 1, "caught_up": 0}}
         caught = 0
         for rid, p0 in self._first.items():
-            s = self.synced.get(rid, 0)
             if self.ever_skipped:
-                if s > p0:
-                    s = 0
-                caught += max(0, p0 - s)
+                caught += p0 - missed_from(self.synced.get(rid), p0)
             request = requests.get(rid)
             if request is not None and not request.is_finished():
                 self.synced[rid] = int(request.num_computed_tokens)

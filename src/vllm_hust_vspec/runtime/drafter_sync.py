@@ -14,8 +14,11 @@ hold valid drafter KV (``synced``): after a host pass it is the first position t
 did not write (its valid inputs; the extra next-token slot is not counted, so after a
 stretch of n K = 0 steps n positions are recomputed, the first to the values it had); a
 new request, a cache hit on a prefix, or a request recomputed after preemption starts at 0
-once any step was skipped (their blocks may have been written while the drafter sat out).  Before the first skip nothing is ever caught up: the host's own
-behaviour, bit for bit.
+once any step was skipped (their blocks may have been written while the drafter sat out).
+Before the first skip nothing is ever caught up: the host's own behaviour, bit for bit.
+
+The skip itself happens one call earlier, in the runner (:func:`skipped_step`, patch
+``draft-propose``): a K = 0 step never reaches the drafter.
 
 Methods that read target hidden states (EAGLE, EAGLE-3, MTP) would need those states for
 the missed positions; they keep the host's K = 0 forward (``methods.K0_SKIPPED``).
@@ -31,6 +34,8 @@ import numpy as np
 
 from vllm_hust_vspec import settings as settings_mod
 from vllm_hust_vspec.methods import K0_SKIPPED as SKIP_METHODS  # K = 0 runs no forward
+from vllm_hust_vspec.runtime.drafter_ledger import missed_from
+
 _ATTR = "_vspec_drafter_sync"
 
 
@@ -52,9 +57,7 @@ class DrafterSync:
             return []
         out = []
         for row, (rid, p0) in enumerate(zip(req_ids, first.tolist())):
-            s = self.synced.get(rid, 0)
-            if s > p0:  # recomputed from an earlier position (preemption): blocks are new
-                s = 0
+            s = missed_from(self.synced.get(rid), p0)
             if s < p0:
                 out.append((row, s, p0))
         return out
@@ -76,11 +79,13 @@ def skipped_step(runner: Any, scheduler_output: Any) -> Any | None:
     if scheduler_output.num_spec_tokens_to_schedule != 0:
         return None
     drafter = runner.__dict__.get("drafter")
-    if getattr(drafter, "method", None) not in SKIP_METHODS or not state_of(drafter).enabled:
+    if getattr(drafter, "method", None) not in SKIP_METHODS:
+        return None
+    sync = state_of(drafter)
+    if not sync.enabled:
         return None
     import torch
 
-    sync = state_of(drafter)
     sync.ever_skipped = True
     sync.steps_skipped += 1
     runner._draft_probs = None
@@ -110,9 +115,9 @@ def can_skip(drafter: Any) -> bool:
 
 
 def propose(original: Any, drafter: Any, runner: Any, inputs: dict[str, Any]) -> Any:
-    """The drafter's ``propose`` (``inputs``: its keyword arguments): no forward at K = 0,
-    a catch-up pass before the first pass of a step whose requests missed positions, the
-    host's pass otherwise."""
+    """The drafter's ``propose`` (``inputs``: its keyword arguments) on a drafting step: a
+    catch-up pass first when its requests missed positions, then the host's pass (K = 0
+    steps end in the runner, :func:`skipped_step`)."""
     import torch
 
     sync = state_of(drafter)
@@ -124,10 +129,6 @@ def propose(original: Any, drafter: Any, runner: Any, inputs: dict[str, Any]) ->
     positions = inputs["target_positions"]
     first = positions[torch.as_tensor(starts[:-1])].cpu().numpy().astype(np.int64)
     req_ids = list(runner.input_batch.req_ids[:rows])
-    if inputs["num_speculative_tokens"] == 0:
-        sync.ever_skipped = True
-        sync.steps_skipped += 1
-        return torch.empty(rows, 0, device=inputs["target_token_ids"].device, dtype=torch.int64)
     gaps = sync.gaps(req_ids, first)
     if gaps:
         catch_up(drafter, runner, cad, gaps, sync)

@@ -161,8 +161,9 @@ def summary_text(s: dict[str, Any]) -> str:
 
 # --------------------------------------------------------------------------- picture
 
-def plot(trace: Trace, path: str | pathlib.Path) -> list[str]:
-    """Write the PNG; returns the panel titles (one per axis drawn)."""
+def plot(trace: Trace, path: str | pathlib.Path, s: dict[str, Any] | None = None) -> list[str]:
+    """Write the PNG (``s``: the trace's :func:`summary`, for the title); returns the panel
+    titles (one per axis drawn)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -181,7 +182,7 @@ def plot(trace: Trace, path: str | pathlib.Path) -> list[str]:
         ax.grid(alpha=0.3)
     axes[1].set_ylabel("requests")
     axes[-1].set_xlabel("engine step")
-    s = summary(trace)
+    s = summary(trace) if s is None else s
     fig.suptitle(f"{pathlib.Path(trace.path).name}: {', '.join(s['policies'])}, mean K "
                  f"{s['mean_k']:.2f}, K = 0 on {100 * s['k0_share']:.0f}% of steps", fontsize=10)
     fig.tight_layout()
@@ -253,6 +254,6 @@ def write_picture(trace_path: str | pathlib.Path,
     trace = load(trace_path)
     out = pathlib.Path(png) if png is not None else pathlib.Path(trace_path).with_suffix(".png")
     s = summary(trace)
-    s["panels"] = plot(trace, out)
+    s["panels"] = plot(trace, out, s)
     s["png"] = str(out)
     return out, s
