@@ -215,6 +215,16 @@ OPTIONS: tuple[Option, ...] = (
     Option("adaptive_dspark_cost_table", "path", None,
            "Saved cost table for the budget policy: skip the start-up calibration; the table "
            "must match --gamma and the running configuration.", group="controller"),
+    Option("adaptive_compare", "str_list", None,
+           "Benchmark mode: these policies (fixed:K, online, budget, profile, schedule) take "
+           "turns inside this one engine, in windows of --adaptive-compare-window decisions, "
+           "each with its own controller; each window's speed goes to the decision trace "
+           "(needs --adaptive-trace-file) for vllm-hust-vspec-bench to pair. Lossless like "
+           "every policy; not for serving.", group="controller"),
+    Option("adaptive_compare_window", "int", 16,
+           "Decisions per window of --adaptive-compare (the first step of each window is "
+           "not measured: it verifies the previous policy's drafts).", minimum=4,
+           group="controller"),
     # ---- observability ---------------------------------------------------------------
     Option("adaptive_trace", "bool", False,
            "Write the decision trace to ./vspec-decisions-<pid>.jsonl (legacy switch; "
@@ -580,7 +590,56 @@ def validate(settings: Settings, source: str = "settings") -> Settings:
             f"({option('adaptive_profile').cli_flag} / {option('adaptive_profile').env})"
         )
     check_calibration_options(settings, source)
+    check_compare(settings, source)
     return settings
+
+
+COMPARE_POLICIES = ("online", "budget", "profile", "schedule")  # and fixed:K
+
+
+def compare_entries(settings: Mapping[str, Any]) -> tuple[str, ...]:
+    """The policies of ``adaptive_compare`` ("fixed:K" or a name), () when it is off."""
+    return tuple(settings["adaptive_compare"] or ())
+
+
+def policies_in_use(settings: Mapping[str, Any]) -> tuple[str, ...]:
+    """The policy names this engine runs: the compared ones, else ``adaptive_policy``."""
+    entries = compare_entries(settings)
+    if entries:
+        return tuple(e.partition(":")[0] for e in entries)
+    return (settings["adaptive_policy"],)
+
+
+def check_compare(settings: Mapping[str, Any], source: str) -> None:
+    """``adaptive_compare``: two or more known, distinct policies, a decision trace to
+    write the windows to, and no recording run (which needs one fixed K)."""
+    entries = compare_entries(settings)
+    if not entries:
+        return
+    flag = f"{option('adaptive_compare').cli_flag} / {option('adaptive_compare').env}"
+    for entry in entries:
+        name, _, arg = entry.partition(":")
+        if name == "fixed" and arg.isdigit():
+            continue
+        if name in COMPARE_POLICIES and not arg:
+            continue
+        raise SettingsError(
+            f"{source}: adaptive_compare ({flag}): {entry!r} is not a policy to compare "
+            f"(give fixed:K or one of {', '.join(COMPARE_POLICIES)})")
+    if len(entries) < 2 or len(set(entries)) < len(entries):
+        raise SettingsError(
+            f"{source}: adaptive_compare ({flag}) needs two or more different policies, "
+            f"got {','.join(entries)}")
+    if not settings["adaptive_speculation"]:
+        raise SettingsError(f"{source}: adaptive_compare ({flag}) needs the controller on "
+                            f"(adaptive_speculation)")
+    if not settings["adaptive_trace_file"]:
+        raise SettingsError(
+            f"{source}: adaptive_compare ({flag}) writes its windows to the decision trace: "
+            f"set adaptive_trace_file ({option('adaptive_trace_file').cli_flag})")
+    if settings["adaptive_record_trace"]:
+        raise SettingsError(f"{source}: adaptive_compare and adaptive_record_trace conflict "
+                            f"(a recording runs at one fixed K)")
 
 
 # Start-up calibration options (budget policy): grid, output, saved table.
@@ -591,7 +650,7 @@ CALIBRATION_OPTIONS = ("adaptive_dspark_calibration", "adaptive_dspark_cost_tabl
 def check_calibration_options(settings: Mapping[str, Any], source: str) -> None:
     """The start-up calibration options belong to the budget policy; a saved cost table
     replaces the calibration, so it takes neither a grid nor an output."""
-    budget = settings["adaptive_speculation"] and settings["adaptive_policy"] == "budget"
+    budget = settings["adaptive_speculation"] and "budget" in policies_in_use(settings)
     for name in CALIBRATION_OPTIONS:
         if settings[name] and not budget:
             what = ("the controller is off" if not settings["adaptive_speculation"]
@@ -622,6 +681,10 @@ def check_kmax(settings: Settings, kmax: int, source: str = "settings") -> None:
         raise SettingsError(
             f"{source}: adaptive_fixed_gamma={settings.adaptive_fixed_gamma} exceeds Kmax = {kmax}"
         )
+    for entry in compare_entries(settings):
+        name, _, arg = entry.partition(":")
+        if name == "fixed" and int(arg) > kmax:
+            raise SettingsError(f"{source}: adaptive_compare entry {entry!r} exceeds Kmax = {kmax}")
     for k in settings.adaptive_sweep or ():
         if k > kmax:
             raise SettingsError(f"{source}: adaptive_sweep value {k} exceeds Kmax = {kmax}")

@@ -136,7 +136,7 @@ def read_decisions(path: pathlib.Path) -> tuple[list[dict], list[dict], list[dic
         rec = json.loads(line)
         if rec.get("trace") == "vspec-decisions":
             headers.append(rec)
-        elif "policy" in rec:
+        elif "policy" in rec and "window" not in rec:
             decisions.append(rec)
         elif "drafted" in rec:
             results.append(rec)

@@ -153,7 +153,7 @@ def _check_calibration_files(values: settings.Settings, sources: Mapping[str, st
     format, fields, ranges and width (= --gamma), the cost table's format, fields and width,
     and that the cost-table output is a new file in an existing directory.  The engine
     repeats them with what only it knows (KV capacity, captured graphs, model identity)."""
-    if values.adaptive_policy != "budget":
+    if "budget" not in settings.policies_in_use(values):
         return  # any calibration option with another policy was refused as a conflict
     from vllm_hust_vspec.startup_cost import calibration_settings  # numpy: only when used
 
@@ -255,7 +255,7 @@ def _check_conflicts(merged: Mapping[str, Any], sources: Mapping[str, str], plat
                 raise _conflict(sources["adaptive_speculation"], sources[name],
                                 "the controller is off, so it has no policy to choose")
     for name in _CALIBRATION_OPTIONS:
-        if merged[name] and merged["adaptive_policy"] != "budget":
+        if merged[name] and "budget" not in settings.policies_in_use(merged):
             raise _conflict(sources[name], sources["adaptive_policy"],
                             f"{name} is read by the budget policy only, not "
                             f"{merged['adaptive_policy']!r}")
@@ -264,7 +264,7 @@ def _check_conflicts(merged: Mapping[str, Any], sources: Mapping[str, str], plat
             if merged[name]:
                 raise _conflict(sources["adaptive_dspark_cost_table"], sources[name],
                                 "a saved cost table skips the start-up calibration")
-    if merged["adaptive_profile"] and merged["adaptive_policy"] != "profile":
+    if merged["adaptive_profile"] and "profile" not in settings.policies_in_use(merged):
         raise _conflict(sources["adaptive_profile"], sources["adaptive_policy"],
                         f"adaptive_profile is read by the profile policy only, not "
                         f"{merged['adaptive_policy']!r}")

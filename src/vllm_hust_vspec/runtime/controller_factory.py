@@ -65,3 +65,13 @@ def check_settings(settings: Settings, kmax: int, host_table: Any = None) -> Non
             "HUST_VSPEC_ADAPTIVE_FIXED_GAMMA unset or = Kmax and adaptive_stop off); "
             f"the policy is {cfg.policy!r}"
         )
+
+
+def entry_settings(settings: Settings, entry: str) -> Settings:
+    """The settings of one ``adaptive_compare`` entry ("fixed:K" or a policy name): the
+    user's settings with that policy (a fixed entry keeps K = 0 allowed, and stops off)."""
+    name, _, arg = entry.partition(":")
+    if name == "fixed":
+        return settings.replace(adaptive_policy="fixed", adaptive_fixed_gamma=int(arg),
+                                adaptive_min_gamma=0, adaptive_stop="off")
+    return settings.replace(adaptive_policy=name)

@@ -41,10 +41,12 @@ from vllm_hust_vspec import settings as settings_mod
 from vllm_hust_vspec.adaptive.observations import StepResult
 from vllm_hust_vspec.host.detect import host_label, process_label
 from vllm_hust_vspec.runtime.announce import announce, patches_in_effect
-from vllm_hust_vspec.runtime.controller_factory import build_controller, check_settings, is_fixed_at
+from vllm_hust_vspec.runtime.controller_factory import (build_controller, check_settings,
+                                                        entry_settings, is_fixed_at)
 from vllm_hust_vspec.runtime.drafter_ledger import DrafterLedger
 from vllm_hust_vspec.runtime.gate import DecisionGate
 from vllm_hust_vspec.runtime.outputs import RuntimeOutputs, header_meta
+from vllm_hust_vspec.runtime.rotation import Rotation
 from vllm_hust_vspec.runtime.sim_trace import SimTraceRecorder
 from vllm_hust_vspec.runtime.step_clock import StepClock
 from vllm_hust_vspec.runtime.verified import VerifiedCollector
@@ -107,8 +109,17 @@ class EngineRuntime:
                        else None)
         # draft confidences: asked of the workers only when the controller uses them, and only
         # under synchronous scheduling (where the drafts come back to the engine core)
-        self.controller = self._controller(
-            settings, getattr(spec, "num_speculative_tokens_per_batch_size", None))
+        host_table = getattr(spec, "num_speculative_tokens_per_batch_size", None)
+        # the paired comparison (adaptive_compare): one controller per policy, taking turns
+        entries = settings_mod.compare_entries(settings)
+        self.rotation = (Rotation(entries, settings.adaptive_compare_window) if entries
+                         else None)
+        self._parts = [self._parts_for(entry_settings(settings, e), host_table)
+                       for e in entries]
+        self.controller = self._controller(settings, host_table)
+        if self._parts:
+            self._activate(0)
+            self.policy = "compare:" + ",".join(entries)
         self.step = 0
         self.clock = StepClock(self.kmax)
         self._verified = VerifiedCollector()
@@ -124,13 +135,38 @@ class EngineRuntime:
         # this step's requests that produced tokens: id -> (request, output position before)
         self._positions: dict[str, tuple[Any, int]] = {}
 
-    def _controller(self, settings: settings_mod.Settings, host_table: Any = None) -> Any:
+    def _parts_for(self, settings: settings_mod.Settings,
+                   host_table: Any = None) -> tuple[Any, DecisionGate, bool]:
+        """A controller, its decision gate, and whether it reads draft confidences."""
         controller = build_controller(settings, self.kmax, host_table=host_table, trace=True)
         controller.set_draft_min_steps(self.draft_min_steps)
-        self.policy = controller.config.policy
-        self.gate = DecisionGate(controller, self.kmax, self.varies_k)
-        self._wants_conf = _wants_signals(controller) and self._sync
-        return controller
+        gate = DecisionGate(controller, self.kmax, self.varies_k)
+        return controller, gate, _wants_signals(controller) and self._sync
+
+    def _controller(self, settings: settings_mod.Settings, host_table: Any = None) -> Any:
+        self.controller, self.gate, self._wants_conf = self._parts_for(settings, host_table)
+        self.policy = self.controller.config.policy
+        return self.controller
+
+    def _activate(self, index: int) -> None:
+        """The compared policy ``index`` decides from now on."""
+        self.controller, self.gate, self._wants_conf = self._parts[index]
+
+    @property
+    def controllers(self) -> list[Any]:
+        """Every controller of this engine (one per compared policy, else the one)."""
+        return [p[0] for p in self._parts] or [self.controller]
+
+    @property
+    def needs_cost_table(self) -> bool:
+        """True when a controller prices steps from a cost table it does not have yet."""
+        return any(c.needs_cost_table for c in self.controllers)
+
+    def use_cost_table(self, table: Any) -> None:
+        """The start-up cost table, to every controller that needs one."""
+        for c in self.controllers:
+            if c.needs_cost_table:
+                c.use_cost_table(table)
 
     def _recorder(self, settings: settings_mod.Settings) -> SimTraceRecorder | None:
         if not settings.adaptive_record_trace:
@@ -144,9 +180,12 @@ class EngineRuntime:
         )
 
     def reconfigure(self, settings: settings_mod.Settings) -> None:
-        """Replace the controller (same Kmax) by one built from ``settings``: benchmarks
-        compare policies inside one engine.  The trace and the recorder are unchanged."""
-        self.controller = self._controller(settings)
+        """Replace the controller (same Kmax) by one built from ``settings`` (tests switch
+        policies inside one engine; a paired comparison ends).  The trace and the recorder
+        are unchanged."""
+        self.rotation = None
+        self._parts = []
+        self._controller(settings)
         self.settings = settings
 
     @property
@@ -166,6 +205,10 @@ class EngineRuntime:
                 self.ledger.ever_skipped = True  # the workers' drafter sat this step out
             return k_host
         self.step += 1
+        if self.rotation is not None:
+            index = self.rotation.decision(self.step)
+            if self._parts[index][0] is not self.controller:
+                self._activate(index)
         d = self.gate.decide(self.step, running)
         self.clock.open(self.step, d.k, time.perf_counter())
         self._flush_records()
@@ -275,7 +318,16 @@ class EngineRuntime:
         # arrays; a step that verified nothing passes none, as an empty ``results``
         verified = self._verified.take()
         some = len(verified.req_ids) > 0
-        self.controller.observe(StepResult(
+        controller = self.controller
+        if self.rotation is not None:
+            index = self.rotation.policy_of(clocked.step)
+            if index is not None:
+                controller = self._parts[index][0]
+            tokens = batch + (int(verified.accepted.sum()) if some else 0)
+            self.outputs.records(self.rotation.output(
+                clocked.step, batch, tokens,
+                clocked.cycle_ms if timed_ms is not None else None))
+        controller.observe(StepResult(
             step=clocked.step, batch_size=batch, k_verified=clocked.k_verified, results=(),
             wall_ms=timed_ms,
             num_draft_steps=methods.draft_forwards(self.method, clocked.k_drafted, self._skip_k0),
@@ -303,7 +355,10 @@ class EngineRuntime:
         the controller then decides again, from the state it had before; the drafts now
         pending were made at the host's Kmax."""
         self.k_override = override
-        self.gate.force(None)
+        for _controller, gate, _conf in self._parts or [(None, self.gate, None)]:
+            gate.force(None)
+        if self.rotation is not None:
+            self.rotation.forget_pending()
         self.clock.restart()
         self._verified.discard()
         self._verified.drop_kept()
@@ -311,7 +366,8 @@ class EngineRuntime:
 
     # ------------------------------------------------------------------ output
     def _flush_records(self) -> None:
-        self.outputs.records(self.controller.drain_records())
+        for controller in self.controllers:
+            self.outputs.records(controller.drain_records())
 
 
 def runtime_of(scheduler: Any) -> EngineRuntime | None:

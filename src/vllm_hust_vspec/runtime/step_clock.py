@@ -36,6 +36,9 @@ class ClockedStep:
     k_drafted: int  # the K this step drafted (decided for it)
     window_ms: float  # decision -> model output
     t_output: float  # perf_counter() when the model output reached the scheduler
+    # the engine cycle that ended with this output: from the previous step's output (ms);
+    # when the engine sat idle in between, the window plus the usual overhead instead
+    cycle_ms: float
 
 
 class StepClock:
@@ -49,6 +52,7 @@ class StepClock:
         self._open: collections.deque[tuple[int, int, float]] = collections.deque()
         self._k_prev = kmax  # the K the drafts now awaiting verification were made with
         self.t_arrived = 0.0  # when the latest model output reached the scheduler
+        self._t_closed: float | None = None  # the output of the step closed last
 
     # ------------------------------------------------------------------ pipeline
     def open(self, step: int, k: int, now: float) -> None:
@@ -68,14 +72,21 @@ class StepClock:
         step, k, t_decided = self._open.popleft()
         window = self.output(t_decided, self.t_arrived)
         k_verified, self._k_prev = self._k_prev, k
+        cycle = window + self.gap_ms
+        if self._t_closed is not None:
+            since = (self.t_arrived - self._t_closed) * 1000.0
+            if window <= since <= window + max(window, 1.0):  # else idle in between
+                cycle = since
+        self._t_closed = self.t_arrived
         return ClockedStep(step=step, k_verified=k_verified, k_drafted=k, window_ms=window,
-                           t_output=self.t_arrived)
+                           t_output=self.t_arrived, cycle_ms=cycle)
 
     def restart(self) -> None:
         """Forget the open steps and the gap: the engine ran steps outside the pipeline (a
         forced width); the drafts now pending were made at Kmax."""
         self._open.clear()
         self._k_prev = self.kmax
+        self._t_closed = None
         self.reset()
 
     def decided(self, now: float) -> None:

@@ -51,7 +51,7 @@ class CalibrationPlan:
 
 def calibrating(values: Mapping[str, Any]) -> bool:
     """True when the settings run the budget policy, the one that reads the cost table."""
-    return bool(values["adaptive_speculation"]) and values["adaptive_policy"] == "budget"
+    return bool(values["adaptive_speculation"]) and "budget" in schema.policies_in_use(values)
 
 
 def check_output_path(path: str, source: str) -> None:

@@ -55,7 +55,7 @@ def run_at_start(engine_core: Any) -> CostTable | None:
     captured graph sizes, the running configuration a saved table must match)."""
     scheduler = getattr(engine_core, "scheduler", None)
     runtime = None if scheduler is None else runtime_of(scheduler)
-    if runtime is None or not runtime.controller.needs_cost_table:
+    if runtime is None or not runtime.needs_cost_table:
         return None  # not the budget policy, or budget:PATH with its own table
     vllm_config = engine_core.vllm_config
     graph_buckets = None
@@ -99,7 +99,7 @@ def install(runtime: Any, table: CostTable) -> None:
         raise CalibrationError(
             f"cost table {table.source}: field 'draft_width': {table.draft_width} is smaller "
             f"than the running width {runtime.kmax}")
-    runtime.controller.use_cost_table(table)
+    runtime.use_cost_table(table)
 
 
 # --------------------------------------------------------------------------- calibrate

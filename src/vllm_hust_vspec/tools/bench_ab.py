@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import datetime as dt
 import importlib.util
 import os
@@ -40,6 +41,7 @@ from vllm_hust_vspec.settings import SettingsError
 
 from . import bench_configs as cfgs
 from .bench_datasets import load as load_dataset
+from . import bench_paired as paired
 from . import bench_results as results
 from . import bench_workloads as wl
 from .argtypes import positive_float as _positive_float
@@ -63,6 +65,13 @@ def add_ab_args(p: argparse.ArgumentParser) -> None:
                    help="Configurations, comma-separated: none, fixed (one per K of --fixed-ks), "
                         "fixed:K, native_table, online, budget, plugin:K (the plugin on at a fixed "
                         "K; plugin:0 measures what K = 0 costs) (default %(default)s).")
+    p.add_argument("--paired-policies", default="fixed,online", metavar="P,P",
+                   help="The policies of the paired configuration, taking turns inside one "
+                        "server: fixed (one per K of --fixed-ks), fixed:K, online, budget "
+                        "(default %(default)s).")
+    p.add_argument("--paired-window", type=_positive_int, default=16, metavar="STEPS",
+                   help="Decisions per window of the paired configuration (default "
+                        "%(default)s; >= 4).")
     p.add_argument("--fixed-ks", default=None, metavar="K,K",
                    help="K values of the 'fixed' configurations (default: 1..Kmax, Kmax = the "
                         "launcher's --gamma).")
@@ -195,7 +204,12 @@ class _Plan:
         kmax = self.base.kmax
         fixed_ks = (cfgs.parse_int_list(a.fixed_ks, "--fixed-ks") if a.fixed_ks
                     else tuple(range(1, kmax + 1)))
-        self.configs = cfgs.parse_configs(a.configs, fixed_ks, kmax)
+        self.configs = [dataclasses.replace(c, compare=cfgs.paired_policies(
+                            a.paired_policies, fixed_ks, kmax)) if c.policy == "paired" else c
+                        for c in cfgs.parse_configs(a.configs, fixed_ks, kmax)]
+        if a.paired_window < 4:
+            raise AbError(f"--paired-window: {a.paired_window} must be >= 4")
+        self.paired_window = int(a.paired_window)
         self.native_table = None
         if any(c.policy == "native_table" for c in self.configs):
             if a.native_table is None:
@@ -227,7 +241,8 @@ class _Plan:
 
     def command(self, config: cfgs.BenchConfig, port: int, tag: str) -> ServerCommand:
         trace = self.out / "traces" / f"{tag}.jsonl" if config.plugin else None
-        return server_command(self.base, config, port, trace, self.environ, self.native_table)
+        return server_command(self.base, config, port, trace, self.environ, self.native_table,
+                              self.paired_window)
 
 
 def _phases(text: str) -> tuple[int, ...]:
@@ -254,7 +269,8 @@ def _print_dry_run(plan: _Plan) -> None:
         cmd = plan.preview[c.name]
         env = {k: v for k, v in cmd.env.items()
                if k.startswith(("HUST_VSPEC_", "VLLM_", "HF_HUB_OFFLINE"))}
-        print(f"[{c.name}] policy={c.policy} k={c.k} plugin={'on' if c.plugin else 'off'}")
+        print(f"[{c.name}] policy={c.policy} k={c.k} plugin={'on' if c.plugin else 'off'}"
+              + (f" compare={','.join(c.compare)}" if c.compare else ""))
         print("  env: " + " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(env.items())))
         print("  cmd: " + shlex.join(cmd.argv))
     for cell in plan.cells:
@@ -300,6 +316,7 @@ def _execute(plan: _Plan, a: argparse.Namespace) -> int:
     command = shlex.join([PROG, *sys.argv[1:]])
     machine = machine_info(plan.base)
     runs: list[results.Run] = []
+    windows: list[paired.Window] = []
     total = plan.rounds * len(plan.configs)
     done = 0
     t0 = time.monotonic()
@@ -318,7 +335,8 @@ def _execute(plan: _Plan, a: argparse.Namespace) -> int:
             shift = (rnd - 1) % len(plan.configs)
             order = plan.configs[shift:] + plan.configs[:shift]
             for config in order:
-                parts, start_s, bench_s = _run_config(plan, config, rnd, warm, bar, runs)
+                parts, start_s, bench_s = _run_config(plan, config, rnd, warm, bar, runs,
+                                                      windows)
                 done += 1
                 elapsed = time.monotonic() - t0
                 eta = elapsed / done * (total - done)
@@ -326,7 +344,7 @@ def _execute(plan: _Plan, a: argparse.Namespace) -> int:
                           f"{len(plan.cells)} cells in {bench_s:.0f} s (start {start_s:.0f} s) "
                           f"tok/s {' '.join(parts)} | elapsed {format_seconds(elapsed)}, ETA {format_seconds(eta)}",
                           file=sys.stdout)
-                results.write_results(results_path, command, machine, runs)
+                results.write_results(results_path, command, machine, runs, windows)
     except ServerError as exc:
         raise AbError(str(exc)) from None
     except DriveError as exc:
@@ -334,14 +352,15 @@ def _execute(plan: _Plan, a: argparse.Namespace) -> int:
     finally:
         bar.close()
         signal.signal(signal.SIGTERM, old)
-    _report(plan, runs, machine, results_path)
+    _report(plan, runs, windows, machine, results_path)
     return 0
 
 
 def _run_config(plan: _Plan, config: cfgs.BenchConfig, rnd: int, warm: wl.Cell | None, bar: Progress,
-                runs: list[results.Run]) -> tuple[list[str], float, float]:
+                runs: list[results.Run], windows: list[paired.Window]) -> tuple[list[str], float, float]:
     """Serve ``config`` for round ``rnd`` and run every cell against it, appending to
-    ``runs``; returns the per-cell tok/s texts, the start-up and the benchmark seconds."""
+    ``runs`` (the paired configuration: its windows to ``windows``); returns the per-cell
+    tok/s texts, the start-up and the benchmark seconds."""
     from .bench_driver import Driver
 
     out = plan.out
@@ -371,14 +390,19 @@ def _run_config(plan: _Plan, config: cfgs.BenchConfig, rnd: int, warm: wl.Cell |
                     raise ServerError(f"server for {config.name} died during the "
                                       f"run; log {server.log_path}")
                 r = driver.run_cell(cell, cmd.trace_file)
+                parts.append(f"{cell.key}={r.output_tok_s:.0f}")
+                bar.update()
+                if config.policy == "paired":
+                    for ph, recs in enumerate(r.phase_records):
+                        windows += paired.windows_from_trace(recs, cell.workload,
+                                                             cell.concurrency, ph, rnd)
+                    continue
                 runs.append(results.Run(
                     config=config.name, policy=config.policy, k=config.k,
                     workload=cell.workload, concurrency=cell.concurrency, round=rnd,
                     output_tok_s=round(r.output_tok_s, 3), tpot_ms=round(r.tpot_ms, 3),
                     mean_accept_len=round(r.mean_accept_len, 4),
-                    mean_k=round(r.mean_k, 4)))
-                parts.append(f"{cell.key}={r.output_tok_s:.0f}")
-                bar.update()
+                    mean_k=round(r.mean_k, 4), load_1m=load_1m()))
         bench_s = time.monotonic() - ready
     return parts, ready - started, bench_s
 
@@ -400,18 +424,30 @@ def _trace_pictures(out: pathlib.Path) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _report(plan: _Plan, runs: list[results.Run], machine: dict[str, Any], results_path: pathlib.Path) -> None:
+def _report(plan: _Plan, runs: list[results.Run], windows: list[paired.Window],
+            machine: dict[str, Any], results_path: pathlib.Path) -> None:
     """Write and print the markdown report and the plot of a finished A/B."""
     out = plan.out
-    report = results.markdown_report(runs, plan.workloads) + _trace_pictures(out)
+    report = ((results.markdown_report(runs, plan.workloads) if runs else "")
+              + paired.markdown(windows) + _trace_pictures(out))
     (out / "report.md").write_text(report, encoding="utf-8")
-    from .bench_plot import plot_runs
-
-    png = plot_runs(runs, out / "ab.png",
-                    title=f"{machine.get('method')} Kmax={machine.get('kmax')} - "
-                          f"{plan.rounds} round(s), median and min-max", workload_order=plan.workloads)
     print()
     print(report)
     print(f"report: {out / 'report.md'}")
-    print(f"plot: {png}")
+    if runs:
+        from .bench_plot import plot_runs
+
+        png = plot_runs(runs, out / "ab.png",
+                        title=f"{machine.get('method')} Kmax={machine.get('kmax')} - "
+                              f"{plan.rounds} round(s), median and min-max",
+                        workload_order=plan.workloads)
+        print(f"plot: {png}")
     print(results_path)
+
+
+def load_1m() -> float | None:
+    """The machine's 1-minute load average now (None where the OS has none)."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except OSError:
+        return None

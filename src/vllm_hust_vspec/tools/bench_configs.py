@@ -11,7 +11,11 @@ Configuration names on the command line (``--configs``):
 * ``budget``        the plugin on, ``--adaptive-policy budget``;
 * ``plugin:K``      the plugin on at a fixed K (``--adaptive-policy fixed
                     --adaptive-fixed-gamma K``, 0 <= K <= Kmax): ``plugin:0`` is the plugin's
-                    K = 0 against ``none`` (what K = 0 costs).
+                    K = 0 against ``none`` (what K = 0 costs);
+* ``paired``        ONE plugin server in which fixed K = each of ``--fixed-ks`` and
+                    ``online`` take turns in short windows (``--adaptive-compare``; the list
+                    is ``--paired-policies``): paired ratios inside one engine
+                    (:mod:`.bench_paired`).
 
 Pure Python: no vLLM import.
 """
@@ -26,8 +30,8 @@ from collections.abc import Sequence
 from vllm_hust_vspec.errors import VspecError
 from vllm_hust_vspec.settings import SettingsError, parse_schedule
 
-PLUGIN_POLICIES = ("online", "budget", "plugin_fixed")
-CONFIG_NAMES = ("none", "fixed", "native_table", "online", "budget", "plugin")
+PLUGIN_POLICIES = ("online", "budget", "plugin_fixed", "paired")
+CONFIG_NAMES = ("none", "fixed", "native_table", "online", "budget", "plugin", "paired")
 
 NativeTable = list[list[int]]  # [[range_start, range_end, K], ...] (inclusive ranges)
 
@@ -41,6 +45,7 @@ class BenchConfig:
     name: str  # as reported in results.json ("none", "fixed-k2", "native_table", "online")
     policy: str  # none | fixed | native_table | online | budget | plugin_fixed
     k: int  # K for fixed and plugin_fixed, Kmax for native_table/online/budget, 0 for none
+    compare: tuple[str, ...] = ()  # paired: the policies that take turns ("fixed:2", "online")
 
     @property
     def plugin(self) -> bool:
@@ -87,9 +92,12 @@ def parse_configs(text: str, fixed_ks: Sequence[int], kmax: int) -> list[BenchCo
             out.append(BenchConfig(f"plugin-k{k}", "plugin_fixed", k))
         elif raw in ("native_table", "online", "budget"):
             out.append(BenchConfig(raw, raw, kmax))
+        elif raw == "paired":
+            out.append(BenchConfig("paired", "paired", kmax,
+                                   paired_policies("fixed,online", fixed_ks, kmax)))
         else:
             raise ConfigError(f"--configs: unknown configuration {raw!r} (known: none, fixed, "
-                              f"fixed:K, native_table, online, budget, plugin:K)")
+                              f"fixed:K, native_table, online, budget, plugin:K, paired)")
     if not out:
         raise ConfigError("--configs: give at least one configuration")
     names = [c.name for c in out]
@@ -97,6 +105,31 @@ def parse_configs(text: str, fixed_ks: Sequence[int], kmax: int) -> list[BenchCo
     if dup:
         raise ConfigError(f"--configs: configuration {dup[0]!r} appears twice")
     return out
+
+
+def paired_policies(text: str, fixed_ks: Sequence[int], kmax: int) -> tuple[str, ...]:
+    """``--paired-policies``: ``fixed`` (fixed:K for each of ``fixed_ks``), ``fixed:K``,
+    ``online``, ``budget``, comma-separated -> the ``--adaptive-compare`` list."""
+    out: list[str] = []
+    for raw in (p.strip() for p in text.split(",")):
+        if not raw:
+            continue
+        if raw == "fixed":
+            out += [f"fixed:{k}" for k in fixed_ks]
+        elif raw.startswith("fixed:"):
+            (k,) = parse_int_list(raw[len("fixed:"):], f"--paired-policies {raw}", minimum=0)
+            if k > kmax:
+                raise ConfigError(f"--paired-policies {raw}: K={k} exceeds Kmax={kmax} (--gamma)")
+            out.append(f"fixed:{k}")
+        elif raw in ("online", "budget"):
+            out.append(raw)
+        else:
+            raise ConfigError(f"--paired-policies: unknown policy {raw!r} (known: fixed, "
+                              f"fixed:K, online, budget)")
+    if len(out) < 2 or len(set(out)) < len(out):
+        raise ConfigError(f"--paired-policies: give two or more different policies, got "
+                          f"{','.join(out) or 'none'}")
+    return tuple(out)
 
 
 def table_from_text(text: str, source: str) -> NativeTable:

@@ -42,6 +42,8 @@ class CellResult:
     drafts: int
     draft_tokens: int
     accepted_tokens: int
+    # each phase's slice of the decision trace (in phase order; empty without a trace)
+    phase_records: tuple[list[dict[str, Any]], ...] = ()
 
 
 class Driver:
@@ -99,12 +101,15 @@ class Driver:
         return out
 
     def run_cell(self, cell: Cell, trace_file: pathlib.Path | None) -> CellResult:
-        offset = trace_file.stat().st_size if trace_file is not None and trace_file.exists() else 0
-        results = self.run_phases(cell.phases, cell.key)
-        trace_k = None
-        if trace_file is not None:
-            trace_k = trace_mean_k(read_trace_slice(trace_file, offset))
-        return combine(results, trace_k)
+        results: list[dict[str, Any]] = []
+        slices: list[list[dict[str, Any]]] = []
+        for phase in cell.phases:
+            offset = trace_file.stat().st_size if trace_file is not None and trace_file.exists() else 0
+            results += self.run_phases([phase], cell.key)
+            if trace_file is not None:
+                slices.append(read_trace_slice(trace_file, offset))
+        trace_k = trace_mean_k([r for s in slices for r in s]) if trace_file is not None else None
+        return dataclasses.replace(combine(results, trace_k), phase_records=tuple(slices))
 
 
 def combine(results: Sequence[dict[str, Any]], trace_k: float | None) -> CellResult:

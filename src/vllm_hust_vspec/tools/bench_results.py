@@ -5,7 +5,11 @@ the ratio tables (each configuration / ``none`` and / the best fixed K of the sa
 
     {"command": str, "machine": {...},
      "runs": [{"config", "policy", "k", "workload", "concurrency", "round",
-               "output_tok_s", "tpot_ms", "mean_accept_len", "mean_k"}, ...]}
+               "output_tok_s", "tpot_ms", "mean_accept_len", "mean_k", "load_1m"?}, ...],
+     "paired"?: [window records of the paired configuration (.bench_paired)]}
+
+``load_1m`` is the machine's 1-minute load average when the cell ended (a benchmark run with
+load above ~1.5 judges nothing).
 
 ``policy`` is one of none | fixed | native_table | online | budget | plugin_fixed; ``k`` is K for
 ``fixed`` and ``plugin_fixed``, Kmax for the others and 0 for ``none``; ``concurrency`` is an int or ``"swing"``.  Goals are
@@ -29,7 +33,9 @@ from vllm_hust_vspec.errors import VspecError
 POLICIES = ("none", "fixed", "native_table", "online", "budget", "plugin_fixed")
 RUN_KEYS = ("config", "policy", "k", "workload", "concurrency", "round", "output_tok_s",
             "tpot_ms", "mean_accept_len", "mean_k")
+OPTIONAL_RUN_KEYS = ("load_1m",)
 TOP_KEYS = ("command", "machine", "runs")
+OPTIONAL_TOP_KEYS = ("paired",)
 
 
 class ResultsError(VspecError, ValueError):
@@ -48,9 +54,13 @@ class Run:
     tpot_ms: float
     mean_accept_len: float
     mean_k: float
+    load_1m: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {key: getattr(self, key) for key in RUN_KEYS}
+        out = {key: getattr(self, key) for key in RUN_KEYS}
+        if self.load_1m is not None:
+            out["load_1m"] = self.load_1m
+        return out
 
     @property
     def cell(self) -> tuple[str, int | str]:
@@ -70,9 +80,10 @@ def run_from_dict(rec: Any, where: str) -> Run:
     missing = [k for k in RUN_KEYS if k not in rec]
     if missing:
         raise ResultsError(f"{where}: key '{missing[0]}' is missing")
-    extra = sorted(set(rec) - set(RUN_KEYS))
+    extra = sorted(set(rec) - set(RUN_KEYS) - set(OPTIONAL_RUN_KEYS))
     if extra:
-        raise ResultsError(f"{where}: unknown key '{extra[0]}' (known: {', '.join(RUN_KEYS)})")
+        raise ResultsError(f"{where}: unknown key '{extra[0]}' (known: "
+                           f"{', '.join(RUN_KEYS + OPTIONAL_RUN_KEYS)})")
     if not isinstance(rec["config"], str) or not rec["config"]:
         raise ResultsError(f"{where}: key 'config' must be a non-empty string")
     if rec["policy"] not in POLICIES:
@@ -92,8 +103,9 @@ def run_from_dict(rec: Any, where: str) -> Run:
         raise ResultsError(f"{where}: key 'workload' must be a non-empty string")
     nums = {k: _number(rec, k, where) for k in ("output_tok_s", "tpot_ms", "mean_accept_len",
                                                   "mean_k")}
+    load = _number(rec, "load_1m", where) if rec.get("load_1m") is not None else None
     return Run(config=rec["config"], policy=rec["policy"], k=rec["k"], workload=rec["workload"],
-               concurrency=conc, round=rec["round"], **nums)
+               concurrency=conc, round=rec["round"], load_1m=load, **nums)
 
 
 def validate_results(doc: Any, source: str = "results") -> list[Run]:
@@ -103,25 +115,40 @@ def validate_results(doc: Any, source: str = "results") -> list[Run]:
     for key in TOP_KEYS:
         if key not in doc:
             raise ResultsError(f"{source}: key '{key}' is missing")
-    extra = sorted(set(doc) - set(TOP_KEYS))
+    extra = sorted(set(doc) - set(TOP_KEYS) - set(OPTIONAL_TOP_KEYS))
     if extra:
-        raise ResultsError(f"{source}: unknown key '{extra[0]}' (known: {', '.join(TOP_KEYS)})")
+        raise ResultsError(f"{source}: unknown key '{extra[0]}' (known: "
+                           f"{', '.join(TOP_KEYS + OPTIONAL_TOP_KEYS)})")
     if not isinstance(doc["command"], str):
         raise ResultsError(f"{source}: key 'command' must be a string")
     if not isinstance(doc["machine"], dict):
         raise ResultsError(f"{source}: key 'machine' must be an object")
     if not isinstance(doc["runs"], list):
         raise ResultsError(f"{source}: key 'runs' must be a list")
+    if "paired" in doc:
+        if not isinstance(doc["paired"], list):
+            raise ResultsError(f"{source}: key 'paired' must be a list")
+        from .bench_paired import PairedError, window_from_dict
+
+        for i, w in enumerate(doc["paired"]):
+            try:
+                window_from_dict(w, f"{source}: paired[{i}]")
+            except PairedError as exc:
+                raise ResultsError(str(exc)) from None
     return [run_from_dict(r, f"{source}: runs[{i}]") for i, r in enumerate(doc["runs"])]
 
 
-def results_doc(command: str, machine: Mapping[str, Any], runs: Iterable[Run]) -> dict[str, Any]:
-    return {"command": command, "machine": dict(machine), "runs": [r.to_dict() for r in runs]}
+def results_doc(command: str, machine: Mapping[str, Any], runs: Iterable[Run],
+                windows: Sequence[Any] = ()) -> dict[str, Any]:
+    doc = {"command": command, "machine": dict(machine), "runs": [r.to_dict() for r in runs]}
+    if windows:
+        doc["paired"] = [w.to_dict() for w in windows]
+    return doc
 
 
 def write_results(path: pathlib.Path, command: str, machine: Mapping[str, Any],
-                  runs: Sequence[Run]) -> None:
-    doc = results_doc(command, machine, runs)
+                  runs: Sequence[Run], windows: Sequence[Any] = ()) -> None:
+    doc = results_doc(command, machine, runs, windows)
     validate_results(doc, str(path))
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
@@ -260,9 +287,13 @@ def markdown_report(runs: Sequence[Run], workload_order: Sequence[str] = ()) -> 
     cells = summarize(runs, workload_order)
     configs = config_order(runs)
     rounds = sorted({r.round for r in runs})
+    loads = [r.load_1m for r in runs if r.load_1m is not None]
+    load = ("" if not loads else
+            f" Load average (1 min) at the end of each cell: {min(loads):.2f}-{max(loads):.2f}"
+            + (" (above 1.5: this run judges nothing)." if max(loads) > 1.5 else "."))
     return "\n".join([
         f"Median ratios over {len(rounds)} round(s): each cell `config / none` and "
-        "`config / best fixed K of the cell`.",
+        f"`config / best fixed K of the cell`.{load}",
         "",
         ratio_table(cells, configs),
         "",

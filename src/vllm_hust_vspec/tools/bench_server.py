@@ -152,14 +152,20 @@ def _spec_index(argv: Sequence[str]) -> int:
 
 def server_command(base: BaseLaunch, config: BenchConfig, port: int,
                    trace_file: pathlib.Path | None, environ: Mapping[str, str],
-                   native_table: NativeTable | None = None) -> ServerCommand:
+                   native_table: NativeTable | None = None,
+                   compare_window: int = 16) -> ServerCommand:
     """The exact command and environment of one configuration's server."""
     net = ["--host", "127.0.0.1", "--port", str(port)]
     if config.plugin:
         if trace_file is None:
             raise ValueError("plugin configurations need a trace file")
-        flags = (["--adaptive-policy", "fixed", "--adaptive-fixed-gamma", str(config.k)]
-                 if config.policy == "plugin_fixed" else ["--adaptive-policy", config.policy])
+        if config.policy == "plugin_fixed":
+            flags = ["--adaptive-policy", "fixed", "--adaptive-fixed-gamma", str(config.k)]
+        elif config.policy == "paired":
+            flags = ["--adaptive-compare", ",".join(config.compare),
+                     "--adaptive-compare-window", str(compare_window)]
+        else:
+            flags = ["--adaptive-policy", config.policy]
         argv, env = plugin_command(base, port, trace_file, environ, flags)
         return ServerCommand(config, argv, env, trace_file)
     _res, plan = prepare(_with_flags(base.launcher_args, net), environ)

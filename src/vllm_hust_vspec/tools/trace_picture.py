@@ -43,11 +43,13 @@ class Trace:
     decisions: list[dict[str, Any]]
     results: list[dict[str, Any]]
     drafter: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # K = 0 skips
+    # the paired comparison's windows (--adaptive-compare, runtime/rotation.py)
+    windows: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
 
 def load(path: str | pathlib.Path) -> Trace:
     path = pathlib.Path(path)
-    headers, decisions, results, drafter = [], [], [], []
+    headers, decisions, results, drafter, windows = [], [], [], [], []
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except OSError as exc:
@@ -69,12 +71,14 @@ def load(path: str | pathlib.Path) -> Trace:
             results.append(rec)
         elif isinstance(rec.get("drafter"), dict):
             drafter.append(rec)
+        elif "window" in rec:
+            windows.append(rec)
         else:
-            raise TracePictureError(f"{path}:{n}", None,
-                                    "neither a header, a decision, a result nor a drafter record")
+            raise TracePictureError(f"{path}:{n}", None, "neither a header, a decision, a "
+                                    "result, a drafter nor a window record")
     if not headers:
         raise TracePictureError(str(path), None, f"no {TRACE_NAME!r} header: not a decision trace")
-    return Trace(path, headers, decisions, results, drafter)
+    return Trace(path, headers, decisions, results, drafter, windows)
 
 
 # --------------------------------------------------------------------------- figures
@@ -137,7 +141,19 @@ def summary(trace: Trace) -> dict[str, Any]:
         "median_est_over_measured_cost": statistics.median(ratios) if ratios else None,
         "drafter_steps_skipped": sum(int(r["drafter"]["skipped"]) for r in trace.drafter),
         "drafter_tokens_caught_up": sum(int(r["drafter"]["caught_up"]) for r in trace.drafter),
+        "window_tok_s": _window_speeds(trace.windows),
     }
+
+
+def _window_speeds(windows: Sequence[dict[str, Any]]) -> dict[str, float]:
+    """Each compared policy's pooled speed over its windows (tokens / measured ms)."""
+    tokens: dict[str, int] = {}
+    ms: dict[str, float] = {}
+    for w in windows:
+        p = str(w["policy"])
+        tokens[p] = tokens.get(p, 0) + int(w["tokens"])
+        ms[p] = ms.get(p, 0.0) + float(w["ms"])
+    return {p: round(1000.0 * tokens[p] / ms[p], 2) for p in tokens if ms[p] > 0}
 
 
 def summary_text(s: dict[str, Any]) -> str:
@@ -156,7 +172,9 @@ def summary_text(s: dict[str, Any]) -> str:
         f"{'n/a' if ratio is None else f'{ratio:.2f}'}",
         f"  drafter: {s['drafter_steps_skipped']} K = 0 steps without a forward, "
         f"{s['drafter_tokens_caught_up']} tokens caught up",
-    ])
+    ] + ([] if not s["window_tok_s"] else [
+        "  compared windows, tok/s: " + ", ".join(f"{p} {v:.1f}"
+                                                  for p, v in s["window_tok_s"].items())]))
 
 
 # --------------------------------------------------------------------------- picture

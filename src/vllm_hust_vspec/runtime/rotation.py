@@ -1,0 +1,124 @@
+"""The in-engine paired comparison (option ``adaptive_compare``): several policies take turns
+inside one engine, in short windows of decode steps, so that each one's speed is measured
+under the same machine speed, load and prompts as the others' (this machine's speed drifts
+by tens of percent within minutes: one server per policy cannot show a few percent).
+
+The policies run in rounds; each round gives every policy one window of
+``adaptive_compare_window`` decisions, the order shifted by one each round (every policy
+takes every position).  Each policy has its own controller, which decides only in its own
+windows and observes only their steps (as if it served alone, with pauses).
+
+A window's first step verifies the drafts the previous policy made: it is left out of the
+measurement.  Its other steps each verify the drafts of the step before (the same policy)
+and draft for the next, so a window is charged for as many drafts as it verifies.  Steps that
+also ran a prefill are left out too (their cost is the prompt's, the same whatever the
+policy).  When a window is complete its record goes to the decision trace::
+
+    {"window": n, "round": r, "policy": "fixed:2", "steps": 14, "tokens": 61,
+     "ms": 301.2, "batch": 3.9}
+
+``tokens`` are the tokens the measured steps produced (one per decoding request plus its
+accepted drafts), ``ms`` their engine cycle time (output to output; an idle wait counts as
+the step's window plus the engine's usual overhead), ``batch`` the mean decoding batch.
+``vllm-hust-vspec-bench ab`` (configuration ``paired``) pairs the windows of each round.
+Pure Python (no vLLM import).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+SETTLE_STEPS = 1  # steps at the start of a window left out (they verify the previous policy's drafts)
+
+
+@dataclasses.dataclass
+class _Window:
+    number: int
+    round: int
+    index: int  # which policy
+    decisions: int = 0
+    steps: int = 0
+    tokens: int = 0
+    ms: float = 0.0
+    batch_sum: int = 0
+    first_step: int | None = None  # the window's first decision (its step number)
+
+    def record(self, names: Sequence[str]) -> dict[str, Any]:
+        return {"window": self.number, "round": self.round, "policy": names[self.index],
+                "steps": self.steps, "tokens": self.tokens, "ms": round(self.ms, 3),
+                "batch": round(self.batch_sum / self.steps, 3) if self.steps else 0.0}
+
+
+class Rotation:
+    """Which policy decides each step, and each window's measurement."""
+
+    def __init__(self, names: Sequence[str], window: int) -> None:
+        if len(names) < 2:
+            raise ValueError("a paired comparison needs at least two policies")
+        if window <= SETTLE_STEPS + 1:
+            raise ValueError(f"window of {window} decisions leaves nothing to measure")
+        self.names = tuple(names)
+        self.window = int(window)
+        self._number = 0
+        self._current = _Window(number=1, round=1, index=0)
+        self._by_step: dict[int, _Window] = {}  # decided, output not yet seen
+        self._open: list[_Window] = [self._current]  # windows with steps still to come
+
+    @property
+    def active(self) -> int:
+        """The policy deciding now."""
+        return self._current.index
+
+    def decision(self, step: int) -> int:
+        """Step ``step`` is being decided: the index of the policy that decides it (a new
+        window begins when the current one has had its decisions)."""
+        w = self._current
+        if w.decisions >= self.window:
+            n = w.number  # windows so far
+            position = n % len(self.names)
+            rnd = n // len(self.names) + 1
+            index = (position + rnd - 1) % len(self.names)
+            w = self._current = _Window(number=n + 1, round=rnd, index=index)
+            self._open.append(w)
+        w.decisions += 1
+        if w.first_step is None:
+            w.first_step = step
+        self._by_step[step] = w
+        return w.index
+
+    def policy_of(self, step: int) -> int | None:
+        """The policy that decided ``step`` (None when the rotation never saw it)."""
+        w = self._by_step.get(step)
+        return None if w is None else w.index
+
+    def output(self, step: int, batch: int, tokens: int, cycle_ms: float | None) -> list[dict[str, Any]]:
+        """Step ``step``'s output: ``batch`` decoding requests produced ``tokens`` tokens in
+        ``cycle_ms`` (None: a step with prefill, not measured).  Returns the records of the
+        windows now complete."""
+        w = self._by_step.pop(step, None)
+        if w is None:
+            return []
+        settle = w.first_step is not None and step < w.first_step + SETTLE_STEPS
+        if cycle_ms is not None and not settle and batch > 0:
+            w.steps += 1
+            w.tokens += int(tokens)
+            w.ms += float(cycle_ms)
+            w.batch_sum += int(batch)
+        return self._complete()
+
+    def _complete(self) -> list[dict[str, Any]]:
+        done = []
+        while len(self._open) > 1:
+            w = self._open[0]
+            if any(v is w for v in self._by_step.values()):
+                break  # an output of this window is still to come
+            self._open.pop(0)
+            done.append(w.record(self.names))
+        return done
+
+    def forget_pending(self) -> None:
+        """The engine ran steps outside the pipeline (a forced K): the decided steps whose
+        outputs are pending will not be seen."""
+        self._by_step.clear()

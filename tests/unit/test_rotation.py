@@ -1,0 +1,133 @@
+"""The in-engine paired comparison (runtime/rotation.py and adaptive_compare in the engine
+runtime).  The engine part uses the stand-in scheduler of test_engine_runtime.py (the host's
+``Scheduler`` needs a model to build); tests/host/test_compare.py runs it inside vLLM."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from vllm_hust_vspec import settings as settings_mod
+from vllm_hust_vspec.runtime.engine import EngineRuntime
+from vllm_hust_vspec.runtime.rotation import Rotation
+
+from test_engine_runtime import run_step, scheduler
+
+pytestmark = pytest.mark.unit
+
+
+def test_every_policy_takes_every_position_and_each_window_has_its_decisions():
+    rot = Rotation(["a", "b", "c"], window=4)
+    order = [rot.decision(step) for step in range(1, 4 * 9 + 1)]
+    windows = [order[i:i + 4] for i in range(0, len(order), 4)]
+    assert all(len(set(w)) == 1 for w in windows)
+    firsts = [w[0] for w in windows]
+    assert firsts == [0, 1, 2, 1, 2, 0, 2, 0, 1]  # round r starts at policy r - 1
+    for r in range(3):
+        assert sorted(firsts[3 * r:3 * r + 3]) == [0, 1, 2]
+
+
+def test_a_window_leaves_out_its_first_step_and_prefill_steps():
+    rot = Rotation(["a", "b"], window=4)
+    records = []
+    for step in range(1, 9):
+        rot.decision(step)
+        cycle = None if step == 3 else 10.0  # step 3 ran a prefill
+        records += rot.output(step, batch=2, tokens=5, cycle_ms=cycle)
+    # window 1 (steps 1-4) is complete once a step of window 2 is out and none of its own pends
+    assert records == [{"window": 1, "round": 1, "policy": "a", "steps": 2, "tokens": 10,
+                        "ms": 20.0, "batch": 2.0}]
+
+
+def test_an_output_pending_across_the_boundary_holds_the_window_open():
+    """Async scheduling: the next decision comes before the output of the step before."""
+    rot = Rotation(["a", "b"], window=3)
+    for step in (1, 2, 3, 4):
+        rot.decision(step)
+    out = []
+    for step in (1, 2):
+        out += rot.output(step, 1, 2, 5.0)
+    assert out == []  # step 3 (window 1) still pending
+    out += rot.output(3, 1, 2, 5.0)
+    assert [r["window"] for r in out] == [1] and out[0]["steps"] == 2
+    assert rot.policy_of(4) == 1
+
+
+def test_bad_rotations_are_refused():
+    with pytest.raises(ValueError, match="two policies"):
+        Rotation(["a"], 8)
+    with pytest.raises(ValueError, match="nothing to measure"):
+        Rotation(["a", "b"], 2)
+
+
+def _compare_runtime(tmp_path, entries, window=4, **values):
+    trace = tmp_path / "t.jsonl"
+    sched = scheduler(kmax=4, n=2)
+    settings = settings_mod.validate(settings_mod.Settings(
+        {"adaptive_compare": tuple(entries), "adaptive_compare_window": window,
+         "adaptive_trace_file": str(trace), **values}))
+    return sched, EngineRuntime(sched, settings), trace
+
+
+def test_the_engine_hands_each_window_to_its_policy_and_traces_its_speed(tmp_path):
+    sched, rt, trace = _compare_runtime(tmp_path, ["fixed:1", "fixed:3"])
+    assert rt.policy == "compare:fixed:1,fixed:3"
+    drafted = dict.fromkeys(sched.requests, 0)
+    ks = []
+    for _ in range(16):
+        k, drafted = run_step(rt, sched, drafted, accept=1)
+        ks.append(k)
+    assert ks == [1] * 4 + [3] * 4 + [3] * 4 + [1] * 4  # round 2 starts with the second
+    ctl_1, ctl_3 = rt.controllers
+    assert ctl_1.decisions == ctl_3.decisions == 8  # each decided its own windows only
+    records = [json.loads(line) for line in trace.read_text().splitlines()]
+    windows = [r for r in records if "window" in r]
+    assert [(w["window"], w["round"], w["policy"]) for w in windows] == [
+        (1, 1, "fixed:1"), (2, 1, "fixed:3"), (3, 2, "fixed:3")]
+    # 3 measured steps each; each step 2 requests x (1 token + 1 accepted draft)
+    assert [(w["steps"], w["tokens"], w["batch"]) for w in windows] == [(3, 12, 2.0)] * 3
+    assert all(w["ms"] > 0 for w in windows)
+    decisions = [r for r in records if "k" in r and "policy" in r and "window" not in r]
+    assert {(r["policy"], r["k"]) for r in decisions} == {("fixed", 1), ("fixed", 3)}
+
+
+def test_zero_accepted_drafts_still_count_one_token_per_request(tmp_path):
+    sched, rt, trace = _compare_runtime(tmp_path, ["fixed:0", "fixed:2"])
+    drafted = dict.fromkeys(sched.requests, 0)
+    for _ in range(9):
+        _k, drafted = run_step(rt, sched, drafted, accept=0)
+    windows = [json.loads(line) for line in trace.read_text().splitlines()
+               if '"window"' in line]
+    assert [(w["policy"], w["tokens"]) for w in windows] == [("fixed:0", 6), ("fixed:2", 6)]
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"adaptive_compare": ("fixed:1",)}, "two or more"),
+    ({"adaptive_compare": ("fixed:1", "fixed:1")}, "two or more"),
+    ({"adaptive_compare": ("fixed:1", "sweep")}, "'sweep' is not a policy to compare"),
+    ({"adaptive_compare": ("fixed:x", "online")}, "'fixed:x'"),
+    ({"adaptive_compare": ("fixed:1", "online")}, "adaptive_trace_file"),
+    ({"adaptive_compare": ("fixed:1", "online"), "adaptive_trace_file": "t",
+      "adaptive_speculation": False}, "controller on"),
+])
+def test_bad_compare_settings_name_the_option(values, message):
+    with pytest.raises(settings_mod.SettingsError, match=message) as err:
+        settings_mod.validate(settings_mod.Settings(values), "env")
+    assert "adaptive_compare" in str(err.value) or "adaptive_trace_file" in str(err.value)
+
+
+def test_a_compared_fixed_k_above_kmax_is_refused():
+    s = settings_mod.Settings({"adaptive_compare": ("fixed:5", "online"),
+                               "adaptive_trace_file": "t"})
+    with pytest.raises(settings_mod.SettingsError, match="'fixed:5' exceeds Kmax = 4"):
+        settings_mod.check_kmax(s, 4)
+
+
+def test_calibration_options_are_allowed_when_budget_is_compared():
+    s = settings_mod.Settings({"adaptive_compare": ("fixed:2", "budget"),
+                               "adaptive_trace_file": "t",
+                               "adaptive_dspark_calibration": "grid.json"})
+    settings_mod.validate(s)
+    with pytest.raises(settings_mod.SettingsError, match="budget policy only"):
+        settings_mod.validate(s.replace(adaptive_compare=("fixed:2", "online")))
