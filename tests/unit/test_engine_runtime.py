@@ -268,3 +268,23 @@ def test_the_ledger_counts_k0_skips_and_the_tokens_a_resume_catches_up(tmp_path)
     assert [d["caught_up"] for d in drafter if not d["skipped"]] == [6, 2]  # 2 x 3, 2 x 1
     assert rt.ledger.tokens_caught_up == 8 and rt.ledger.steps_skipped == 4
     del trace
+
+
+def test_a_resume_that_caught_the_drafter_up_is_not_priced_as_its_k():
+    """The first drafting step after K = 0 steps also runs the drafter's catch-up pass
+    (drafter-k0): the controller gets its acceptance but not its time, so a resume does not
+    make K > 0 look dearer than it is (which held the online policy at K = 0 on the real
+    engine); the steps around it are timed."""
+    sched = scheduler(kmax=4, n=2)
+    rt = runtime(sched, adaptive_policy="sweep", adaptive_sweep=[2, 0, 0, 2, 2])
+    assert rt.ledger is not None
+    for _ in range(5):
+        KLookup(rt)[2]
+        out, mro = step_output(sched, {})
+        for r in sched.running:
+            r.num_computed_tokens += 1
+        with rt.output_step(out, mro):
+            for r in sched.running:
+                r.num_tokens += 1
+    assert [r.k_drafted for r in rt.seen] == [2, 0, 0, 2, 2]
+    assert [r.wall_ms is None for r in rt.seen] == [False, False, False, True, False]

@@ -217,3 +217,26 @@ def test_stop_respects_min_gamma_and_errors():
         StopRule("sometimes", 0.1)
     with pytest.raises(ValueError, match="3 rows for 2 requests"):
         _ctl("fixed:3", stop="confidence").decide(_view(2, conf=np.zeros((3, 3))))
+
+
+def _timed(c: Controller, step: int, batch: int, k: int, ms: float, accepted: int = 1) -> None:
+    """One uniform step of ``batch`` requests at K = ``k`` taking ``ms``."""
+    from vllm_hust_vspec.adaptive.observations import StepResult
+
+    drafted = np.full(batch, k)
+    c.observe(StepResult(step, batch, k, (), ms, k, drafted, np.minimum(drafted, accepted),
+                         k_drafted=k))
+
+
+def test_online_decisions_carry_what_it_believed_of_every_k():
+    from vllm_hust_vspec.adaptive.trace import decision_record
+
+    c = _ctl("online", kmax=3, warmup_samples=1, min_gamma=1, exploration=0.0)
+    for step in range(8):
+        d = c.decide(_view(2, step))
+        _timed(c, step, 2, d.k, 10.0 + 2 * d.k)
+    assert d.est_costs is not None and len(d.est_costs) == 3 and d.est_first_k == 1
+    rec = decision_record(8, 0.0, 2, d)
+    assert rec["est_costs"][0] is None and len(rec["est_costs"]) == 4
+    assert rec["est_costs"][d.k] == pytest.approx(d.est_cost_ms, abs=1e-3)
+    assert rec["est_goodput"][1:] == pytest.approx(list(d.est_goodput), abs=1e-4)

@@ -166,3 +166,8 @@ class Decision:
     reason: str  # short human-readable why (goes to the decision trace)
     est_accept: tuple[float, ...]  # conditional acceptance estimates per position 1..kmax
     est_cost_ms: float | None  # predicted step cost at k (None if no model yet)
+    # what the policy believed of every K it weighed (K = first + index): its predicted
+    # step cost and goodput (tokens/ms) at this batch; None when it weighed none
+    est_costs: tuple[float, ...] | None = None
+    est_goodput: tuple[float, ...] | None = None
+    est_first_k: int = 0

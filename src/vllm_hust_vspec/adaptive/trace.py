@@ -7,7 +7,10 @@ Line 1 (header)::
 then per decision::
 
     {"step", "t", "batch", "k", "k_i": {req: k} | null, "policy", "reason",
-     "est_accept": [...], "est_cost_ms"}
+     "est_accept": [...], "est_cost_ms", "est_costs"?: [ms per K], "est_goodput"?: [...]}
+
+(``est_costs`` / ``est_goodput``: every K the policy weighed, indexed by K, null below the
+first; written by the policies that weigh candidates, ``online``.)
 
 and, when that step's results arrive::
 
@@ -41,7 +44,21 @@ def decision_record(step: int, t: float, batch: int, d: Decision) -> dict[str, A
         "reason": d.reason,
         "est_accept": [round(a, 4) for a in d.est_accept],
         "est_cost_ms": None if d.est_cost_ms is None else round(d.est_cost_ms, 4),
+        **_weighed(d),
     }
+
+
+def _weighed(d: Decision) -> dict[str, Any]:
+    """The cost and goodput the policy predicted for every K it weighed, as lists indexed
+    by K (null below the first K weighed): what the controller believed, beside what the
+    engine then measured (``vllm-hust-vspec-bench trace``)."""
+    if d.est_costs is None:
+        return {}
+    pad = [None] * d.est_first_k
+    out: dict[str, Any] = {"est_costs": pad + [round(c, 4) for c in d.est_costs]}
+    if d.est_goodput is not None:
+        out["est_goodput"] = pad + [round(g, 5) for g in d.est_goodput]
+    return out
 
 
 def result_record(r: StepResult, drafted: int, accepted: int) -> dict[str, Any]:

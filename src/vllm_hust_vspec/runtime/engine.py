@@ -313,7 +313,16 @@ class EngineRuntime:
         # The cost the controller optimises is the whole engine cycle: the decision-to-output
         # window plus the engine's own time between an output and the next decision (output
         # processing, draft hand-over, scheduling), which every step pays whatever its K.
-        timed_ms = None if has_prefill(scheduler_output) else self.clock.cycle_ms(clocked.window_ms)
+        prefill = has_prefill(scheduler_output)
+        timed_ms = None if prefill else self.clock.cycle_ms(clocked.window_ms)
+        # A step whose drafter first caught up the tokens it missed in K = 0 steps (patch
+        # drafter-k0) also ran that pass: its time is the resume's, not its K's (priced as
+        # its K, every resume made K > 0 look dearer than it is and held the policy at 0).
+        drafter = None
+        if self.ledger is not None:
+            drafter = self.ledger.after(clocked.step, clocked.k_drafted, self.scheduler.requests)
+            if drafter is not None and drafter["drafter"]["caught_up"]:
+                timed_ms = None
         # the step's per-request counts (and the verified drafts' confidences) as aligned
         # arrays; a step that verified nothing passes none, as an empty ``results``
         verified = self._verified.take()
@@ -324,9 +333,9 @@ class EngineRuntime:
             if index is not None:
                 controller = self._parts[index][0]
             tokens = batch + (int(verified.accepted.sum()) if some else 0)
+            # a policy's windows pay its resumes: only prefill steps are left out
             self.outputs.records(self.rotation.output(
-                clocked.step, batch, tokens,
-                clocked.cycle_ms if timed_ms is not None else None))
+                clocked.step, batch, tokens, None if prefill else clocked.cycle_ms))
         controller.observe(StepResult(
             step=clocked.step, batch_size=batch, k_verified=clocked.k_verified, results=(),
             wall_ms=timed_ms,
@@ -337,10 +346,8 @@ class EngineRuntime:
             confidences=verified.confidences,
             context_lens=verified.context_lens if some else None))
         self._flush_records()
-        if self.ledger is not None:
-            record = self.ledger.after(clocked.step, clocked.k_drafted, self.scheduler.requests)
-            if record is not None:
-                self.outputs.records([record])
+        if drafter is not None:
+            self.outputs.records([drafter])
         if self._positions:
             accepted = dict(zip(verified.req_ids, verified.accepted.tolist()))
             self.outputs.step(self.scheduler, self._positions, accepted, batch,

@@ -369,12 +369,13 @@ def _run_config(plan: _Plan, config: cfgs.BenchConfig, rnd: int, warm: wl.Cell |
     cmd = plan.command(config, port, tag)
     if cmd.trace_file is not None:
         cmd.trace_file.parent.mkdir(parents=True, exist_ok=True)
+    load = load_1m()  # before this server: what else the machine is doing
     started = time.monotonic()
     server = Server(cmd, port, out / "logs" / f"{tag}.server.log")
     with server:
         pid = server.launch()
-        bar.write(f"  [{tag}] server pid {pid} port {port} starting (log "
-                  f"{server.log_path})", file=sys.stdout)
+        bar.write(f"  [{tag}] server pid {pid} port {port} starting, load average "
+                  f"{load} (log {server.log_path})", file=sys.stdout)
         server.wait_ready(plan.start_timeout)
         ready = time.monotonic()
         with open(out / "logs" / f"{tag}.bench.log", "w", encoding="utf-8") as log:
@@ -395,14 +396,14 @@ def _run_config(plan: _Plan, config: cfgs.BenchConfig, rnd: int, warm: wl.Cell |
                 if config.policy == "paired":
                     for ph, recs in enumerate(r.phase_records):
                         windows += paired.windows_from_trace(recs, cell.workload,
-                                                             cell.concurrency, ph, rnd)
+                                                             cell.concurrency, ph, rnd, load)
                     continue
                 runs.append(results.Run(
                     config=config.name, policy=config.policy, k=config.k,
                     workload=cell.workload, concurrency=cell.concurrency, round=rnd,
                     output_tok_s=round(r.output_tok_s, 3), tpot_ms=round(r.tpot_ms, 3),
                     mean_accept_len=round(r.mean_accept_len, 4),
-                    mean_k=round(r.mean_k, 4), load_1m=load_1m()))
+                    mean_k=round(r.mean_k, 4), load_1m=load))
         bench_s = time.monotonic() - ready
     return parts, ready - started, bench_s
 

@@ -27,7 +27,7 @@ from typing import Any
 from vllm_hust_vspec.errors import VspecError
 
 WINDOW_KEYS = ("workload", "concurrency", "phase", "server_round", "window", "round", "policy",
-               "steps", "tokens", "ms", "batch")
+               "steps", "tokens", "ms", "batch", "load_1m")
 
 
 class PairedError(VspecError, ValueError):
@@ -47,6 +47,7 @@ class Window:
     tokens: int
     ms: float
     batch: float
+    load_1m: float | None = None  # the machine's load average before this server started
 
     def to_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in WINDOW_KEYS}
@@ -57,7 +58,8 @@ class Window:
 
 
 def windows_from_trace(records: Iterable[Mapping[str, Any]], workload: str,
-                       concurrency: int | str, phase: int, server_round: int) -> list[Window]:
+                       concurrency: int | str, phase: int, server_round: int,
+                       load_1m: float | None = None) -> list[Window]:
     """The window records of one phase's slice of a decision trace."""
     out = []
     for rec in records:
@@ -67,7 +69,7 @@ def windows_from_trace(records: Iterable[Mapping[str, Any]], workload: str,
                           server_round=server_round, window=int(rec["window"]),
                           round=int(rec["round"]), policy=str(rec["policy"]),
                           steps=int(rec["steps"]), tokens=int(rec["tokens"]),
-                          ms=float(rec["ms"]), batch=float(rec["batch"])))
+                          ms=float(rec["ms"]), batch=float(rec["batch"]), load_1m=load_1m))
     return out
 
 
@@ -84,8 +86,10 @@ def window_from_dict(rec: Any, where: str) -> Window:
         v = rec[key]
         if isinstance(v, bool) or not isinstance(v, int) or v < 0:
             raise PairedError(f"{where}: key '{key}' must be an integer >= 0, got {v!r}")
-    for key in ("ms", "batch"):
+    for key in ("ms", "batch", "load_1m"):
         v = rec[key]
+        if key == "load_1m" and v is None:
+            continue
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
             raise PairedError(f"{where}: key '{key}' must be a finite number >= 0, got {v!r}")
     if not isinstance(rec["policy"], str) or not rec["policy"]:
@@ -214,11 +218,15 @@ def markdown(ws: Sequence[Window]) -> str:
     if not ws:
         return ""
     cells = summarize(ws)
+    loads = sorted({w.load_1m for w in ws if w.load_1m is not None})
+    load = ("" if not loads else f" Load average (1 min) before each server: "
+            f"{', '.join(f'{x:.2f}' for x in loads)}"
+            + (" (above 1.5: judges nothing)." if loads[-1] > 1.5 else "."))
     lines = ["", "## Paired in-engine comparison", "",
              "One server, the policies taking turns in windows of decode steps "
              "(`--adaptive-compare`). Each cell: pooled tok/s, then `/ best fixed` as the "
              "median [quartiles] over rotation rounds (n), the pooled ratio's min-max over "
-             "server rounds, and for a swing the ratio to the per-phase best fixed K.", "",
+             "server rounds, and for a swing the ratio to the per-phase best fixed K." + load, "",
              "| workload | conc | best fixed | policy | tok/s | / best fixed [q1-q3] (n) "
              "| server rounds | / per-phase best |",
              "|---|---|---|---|---|---|---|---|"]

@@ -142,7 +142,70 @@ def summary(trace: Trace) -> dict[str, Any]:
         "drafter_steps_skipped": sum(int(r["drafter"]["skipped"]) for r in trace.drafter),
         "drafter_tokens_caught_up": sum(int(r["drafter"]["caught_up"]) for r in trace.drafter),
         "window_tok_s": _window_speeds(trace.windows),
+        "belief": belief(trace),
     }
+
+
+def belief(trace: Trace) -> list[dict[str, Any]]:
+    """What the controller believed against what the engine did, per batch size and K:
+    the median predicted step cost and goodput of K at that batch (every decision that
+    weighed K, ``est_costs`` / ``est_goodput``) beside the median measured ms and tokens per
+    ms of the steady steps at that K (decided K, the step before also K, timed: they
+    verify and draft K).  Rows only where both sides have data."""
+    ds = trace.decisions
+    by_step = {int(d["step"]): d for d in ds}
+    ms_of = {int(r["step"]): r for r in trace.results if r.get("ms") is not None}
+    est_c: dict[tuple[int, int], list[float]] = {}
+    est_g: dict[tuple[int, int], list[float]] = {}
+    for d in ds:
+        costs = d.get("est_costs")
+        if not costs:
+            continue
+        gps = d.get("est_goodput") or [None] * len(costs)
+        for k, (c, g) in enumerate(zip(costs, gps)):
+            if c is not None:
+                est_c.setdefault((int(d["batch"]), k), []).append(float(c))
+            if g is not None:
+                est_g.setdefault((int(d["batch"]), k), []).append(float(g))
+    meas_ms: dict[tuple[int, int], list[float]] = {}
+    meas_g: dict[tuple[int, int], list[float]] = {}
+    for step, d in by_step.items():
+        prev, r = by_step.get(step - 1), ms_of.get(step)
+        if r is None or prev is None or prev["k"] != d["k"] or d.get("k_i"):
+            continue
+        key = (int(d["batch"]), int(d["k"]))
+        ms = float(r["ms"])
+        meas_ms.setdefault(key, []).append(ms)
+        if ms > 0:
+            meas_g.setdefault(key, []).append((int(d["batch"]) + int(r["accepted"])) / ms)
+    rows = []
+    for key in sorted(set(est_c) & set(meas_ms)):
+        b, k = key
+        rows.append({"batch": b, "k": k, "decisions": len(est_c[key]),
+                     "steady_steps": len(meas_ms[key]),
+                     "est_ms": round(statistics.median(est_c[key]), 3),
+                     "measured_ms": round(statistics.median(meas_ms[key]), 3),
+                     "est_tok_per_ms": (round(statistics.median(est_g[key]), 4)
+                                        if key in est_g else None),
+                     "measured_tok_per_ms": round(statistics.fmean(meas_g[key]), 4)
+                     if key in meas_g else None})
+    return rows
+
+
+def belief_text(rows: Sequence[dict[str, Any]]) -> str:
+    """The belief rows as a table (empty when the trace has no ``est_costs``)."""
+    if not rows:
+        return ""
+    lines = ["  believed vs measured, per batch and K (median ms; tokens/ms, measured: mean "
+             "over steady steps):",
+             "    batch  K  est ms  meas ms  est/meas  est tok/ms  meas tok/ms  steps"]
+    for r in rows:
+        ratio = r["est_ms"] / r["measured_ms"] if r["measured_ms"] else float("nan")
+        eg = "-" if r["est_tok_per_ms"] is None else f"{r['est_tok_per_ms']:.4f}"
+        mg = "-" if r["measured_tok_per_ms"] is None else f"{r['measured_tok_per_ms']:.4f}"
+        lines.append(f"    {r['batch']:5d} {r['k']:2d} {r['est_ms']:7.2f} {r['measured_ms']:8.2f} "
+                     f"{ratio:9.2f} {eg:>11} {mg:>12} {r['steady_steps']:6d}")
+    return "\n".join(lines)
 
 
 def _window_speeds(windows: Sequence[dict[str, Any]]) -> dict[str, float]:
@@ -174,7 +237,8 @@ def summary_text(s: dict[str, Any]) -> str:
         f"{s['drafter_tokens_caught_up']} tokens caught up",
     ] + ([] if not s["window_tok_s"] else [
         "  compared windows, tok/s: " + ", ".join(f"{p} {v:.1f}"
-                                                  for p, v in s["window_tok_s"].items())]))
+                                                  for p, v in s["window_tok_s"].items())])
+        + ([belief_text(s["belief"])] if s.get("belief") else []))
 
 
 # --------------------------------------------------------------------------- picture

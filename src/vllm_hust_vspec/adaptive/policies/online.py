@@ -127,6 +127,9 @@ class OnlinePolicy(Policy):
             reason=reason,
             est_accept=ctx.acceptance.estimate(),
             est_cost_ms=costs[k - self.candidates[0]],
+            est_costs=tuple(costs),
+            est_goodput=tuple(gp),
+            est_first_k=self.candidates[0],
         )
 
     def _scheduled_probe(self, n: int, batch: BatchView, ctx: PolicyContext) -> Decision | None:
