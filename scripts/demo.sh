@@ -3,16 +3,18 @@
 #   1. sets up what is missing: .venv (./manage.sh install --dev) and the part of the tiny model
 #      fixtures the demo uses (./manage.sh fixtures --stage base: target, target-large, draft,
 #      prompts; both are no-ops when already there; ./manage.sh fixtures finishes the rest later);
-#   2. runs a short A/B on the large fixture pair (target-large + draft, configs/tiny-cpu-draft.toml):
-#      none, the best fixed K, and online (the plugin), on the `code` and `swing` workloads, one round;
-#   3. prints the ratio table, writes ab.png, report.md and results.json, stops every server, and
+#   2. runs a short A/B on the large fixture pair (target-large + draft, configs/tiny-cpu-draft.toml),
+#      one round on the `code` and `swing` workloads: none (target only) and online (the plugin)
+#      on their own fresh servers, and `paired`: one server in which fixed K = 1..Kmax and online
+#      take turns in windows of 8 decode steps (this machine's speed drifts by tens of percent
+#      within minutes: only a comparison inside one engine shows online against each fixed K);
+#   3. prints the ratio tables, writes ab.png, report.md and results.json, stops every server, and
 #      prints the path of results.json as its last line.
-# Env: VSPEC_FIXTURES (use this fixture directory instead of ./manage.sh fixtures), VSPEC_DEMO_DIR (default ~/.cache/vllm-hust-vspec/demo/<UTC time>), VSPEC_DEMO_K (the fixed
-#      K; default: the K the committed profile picks most often (ties: the smallest batch's), else 2 -- the source is printed).
+# Env: VSPEC_FIXTURES (use this fixture directory instead of ./manage.sh fixtures), VSPEC_DEMO_DIR
+#      (default ~/.cache/vllm-hust-vspec/demo/<UTC time>).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-PROFILE="$ROOT/profiles/tiny-cpu-draft-large.json"
 say() { printf '[demo] %s\n' "$*" >&2; }
 die() { printf '[demo] error: %s\n' "$*" >&2; exit 1; }
 
@@ -29,26 +31,13 @@ else
     [[ -f "$FIXTURES/manifest.json" ]] || die "./manage.sh fixtures did not give a fixture directory (got '$FIXTURES')"
 fi
 
-if [[ -n "${VSPEC_DEMO_K:-}" ]]; then
-    K="$VSPEC_DEMO_K"; why="VSPEC_DEMO_K"
-elif [[ -f "$PROFILE" ]]; then
-    K="$("$PY" - "$PROFILE" <<'PY'
-import collections, json, sys
-table = json.load(open(sys.argv[1]))["batch_gamma_policy"]
-print(collections.Counter(table.values()).most_common(1)[0][0])
-PY
-)"
-    why="the per-batch table of ${PROFILE#$ROOT/}"
-else
-    K=2; why="default (no ${PROFILE#$ROOT/} yet)"
-fi
 OUT="${VSPEC_DEMO_DIR:-$HOME/.cache/vllm-hust-vspec/demo/$(date -u +%Y%m%d-%H%M%S)}"
 say "fixtures: $FIXTURES"
-say "A/B: none, fixed K=$K ($why), online; workloads code, swing; results in $OUT"
+say "A/B: none and online (fresh servers), paired (fixed K = 1..Kmax and online in one server); workloads code, swing; results in $OUT"
 
 export HUST_VSPEC_MODEL_DIR="$FIXTURES"
 exec "$PY" -m vllm_hust_vspec.tools.bench ab \
-    --configs "none,fixed:$K,online" --workloads code,swing --concurrency 1,4,16 \
+    --configs "none,online,paired" --paired-window 8 --workloads code,swing --concurrency 1,4,16 \
     --rounds 1 --output-len 48 --requests-per-slot 2 --min-requests 4 \
     --prompts-dir "$FIXTURES/prompts" --output-dir "$OUT" \
     -- --config "$ROOT/configs/tiny-cpu-draft.toml" --max-num-seqs 16

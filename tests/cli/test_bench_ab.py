@@ -121,6 +121,67 @@ def test_dry_run_native_table_from_a_profile(fake, tmp_path):
     assert list(got)[:2] == ["native_table", "fixed-k3"] and got["_cells"] == ["code@2"]
 
 
+def test_dry_run_paired_takes_the_policies_in_turns_in_one_server(fake):
+    got = dry_run(fake, "--configs", "none,paired", "--fixed-ks", "1,3", "--paired-window", "8",
+                  "--workloads", "code", "--concurrency", "2", "--", "--config", PRESET)
+    paired = got["paired"]
+    assert paired["plugin"] == "on" and paired["policy"] == "paired"
+    assert paired["env"]["HUST_VSPEC_ADAPTIVE_COMPARE"] == "fixed:1,fixed:3,online"
+    assert paired["env"]["HUST_VSPEC_ADAPTIVE_COMPARE_WINDOW"] == "8"
+    assert paired["env"]["HUST_VSPEC_ADAPTIVE_TRACE_FILE"].endswith("traces/paired-r1.jsonl")
+    got = dry_run(fake, "--configs", "paired", "--paired-policies", "fixed:0,fixed:2,budget",
+                  "--workloads", "code", "--concurrency", "2", "--", "--config", PRESET)
+    assert got["paired"]["env"]["HUST_VSPEC_ADAPTIVE_COMPARE"] == "fixed:0,fixed:2,budget"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--paired-policies", "fixed:9,online"], "--paired-policies fixed:9: K=9 exceeds Kmax=4"),
+    (["--paired-policies", "online"], "--paired-policies: give two or more"),
+    (["--paired-policies", "sweep,online"], "unknown policy 'sweep'"),
+    (["--paired-window", "2"], "--paired-window: 2 must be >= 4"),
+])
+def test_bad_paired_input_is_one_error_before_any_server(fake, args, message):
+    proc = bench("--configs", "paired", "--prompts-dir", str(fake["prompts"]), *args,
+                 "--", "--config", PRESET, env=fake_env(fake))
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+    assert proc.stderr.count("error:") == 1 and "server pid" not in proc.stdout
+
+
+@pytest.mark.slow
+def test_paired_real_server(fixtures_dir, tmp_path):
+    """The paired configuration on the real CPU host: fixed K = 1, fixed K = 3 and online
+    take turns in one server over code at concurrency 2; results.json holds their windows,
+    report.md pairs them per rotation round against the best fixed K."""
+    out = tmp_path / "ab"
+    env = clean_env(HUST_VSPEC_MODEL_DIR=str(fixtures_dir))
+    proc = bench("--prompts-dir", str(fixtures_dir / "prompts"), "--output-dir", str(out),
+                 "--configs", "paired", "--paired-policies", "fixed:1,fixed:3,online",
+                 "--paired-window", "4", "--workloads", "code", "--concurrency", "2",
+                 "--rounds", "1", "--output-len", "32", "--requests-per-slot", "4",
+                 "--warmup-requests", "1", "--", "--config", PRESET, env=env, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    doc = json.loads((out / "results.json").read_text())
+    from vllm_hust_vspec.tools.bench_paired import summarize, window_from_dict
+    from vllm_hust_vspec.tools.bench_results import validate_results
+
+    assert validate_results(doc) == []  # no server-level rows: the windows are the result
+    windows = [window_from_dict(w, "w") for w in doc["paired"]]
+    assert {w.policy for w in windows} == {"fixed:1", "fixed:3", "online"}
+    assert all(w.workload == "code" and w.concurrency == 2 for w in windows)
+    assert sum(w.steps for w in windows) >= 30 and all(w.tokens >= w.steps for w in windows)
+    (cell,) = summarize(windows)
+    assert cell.best_fixed in ("fixed:1", "fixed:3")
+    best = cell.row(cell.best_fixed)
+    assert best.ratio == 1.0 and best.rounds >= 2
+    online = cell.row("online")
+    assert online.ratio is not None and 0.3 < online.ratio < 3.0
+    report = (out / "report.md").read_text()
+    assert "## Paired in-engine comparison" in report
+    assert f"| code | 2 | {cell.best_fixed} | online |" in report
+    assert "Load average (1 min) before each server" in report
+    assert not (out / "ab.png").exists()  # nothing to plot without server-level rows
+
+
 def _alive(pid: int) -> bool:
     try:
         stat = pathlib.Path(f"/proc/{pid}/stat").read_text()
@@ -302,7 +363,8 @@ def test_demo_refuses_fixtures_without_manifest(tmp_path):
 @pytest.mark.slow
 @pytest.mark.demo
 def test_demo_end_to_end(fixtures_dir, tmp_path):
-    """./run.sh demo: none, a fixed K and online on code and swing; the ratio table; the PNG;
+    """./run.sh demo: none and online on their own servers and the paired server (fixed
+    K = 1..4 and online in turns) on code and swing; the ratio tables; the PNG;
     results.json's path as the last line; no server left."""
     out = tmp_path / "demo"
     proc = run_demo(clean_env(VSPEC_FIXTURES=str(fixtures_dir), VSPEC_DEMO_DIR=str(out)),
@@ -311,11 +373,14 @@ def test_demo_end_to_end(fixtures_dir, tmp_path):
     lines = proc.stdout.strip().splitlines()
     assert lines[-1] == str(out / "results.json")
     assert any(line.startswith("| workload | conc | best fixed |") for line in lines)
-    runs = json.loads((out / "results.json").read_text())["runs"]
-    configs = {r["config"] for r in runs}
-    assert len(configs) == 3 and {"none", "online"} < configs
+    doc = json.loads((out / "results.json").read_text())
+    runs = doc["runs"]
+    assert {r["config"] for r in runs} == {"none", "online"}
     assert {(r["workload"], r["concurrency"]) for r in runs} == {
         ("code", 1), ("code", 4), ("code", 16), ("swing", "swing")}
+    assert {w["policy"] for w in doc["paired"]} == {"fixed:1", "fixed:2", "fixed:3", "fixed:4",
+                                                    "online"}
+    assert "## Paired in-engine comparison" in proc.stdout
     assert (out / "ab.png").read_bytes()[:4] == b"\x89PNG"
     pids = [int(p) for p in re.findall(r"server pid (\d+)", proc.stdout)]
     assert len(pids) == 3 and not any(_alive(p) for p in pids)

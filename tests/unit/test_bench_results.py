@@ -129,3 +129,19 @@ def test_png_is_written(tmp_path):
     data = path.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     assert len(data) > 10_000
+
+
+def test_settle_steps_counts_decisions_until_k_stays_near_what_it_holds_later():
+    from vllm_hust_vspec.tools.bench_driver import settle_steps
+
+    def d(k, reason="best"):
+        return {"step": 0, "k": k, "policy": "online", "reason": reason}
+
+    recs = ([d(4, "warmup 1/6"), d(0, "warmup 2/6"), d(4), d(4), d(1), d(2), d(3, "probe k=3")]
+            + [d(2)] * 10 + [d(0, "probe k=0")] + [d(3), d(2)] * 3)
+    assert settle_steps(recs) == 4  # the K = 4 at index 3 is the last one off by more than 1
+    assert settle_steps([d(2)] * 5) == 0
+    assert settle_steps([dict(d(2), policy="fixed")] * 5) is None
+    assert settle_steps([{"window": 1, "policy": "online", "k": 1}]) is None
+    mixed = [d(2), dict(d(1), policy="fixed")]
+    assert settle_steps(mixed) is None  # a paired run: several policies

@@ -403,7 +403,7 @@ def _run_config(plan: _Plan, config: cfgs.BenchConfig, rnd: int, warm: wl.Cell |
                     workload=cell.workload, concurrency=cell.concurrency, round=rnd,
                     output_tok_s=round(r.output_tok_s, 3), tpot_ms=round(r.tpot_ms, 3),
                     mean_accept_len=round(r.mean_accept_len, 4),
-                    mean_k=round(r.mean_k, 4), load_1m=load))
+                    mean_k=round(r.mean_k, 4), load_1m=load, settle_steps=r.settle_steps))
         bench_s = time.monotonic() - ready
     return parts, ready - started, bench_s
 

@@ -44,6 +44,7 @@ class CellResult:
     accepted_tokens: int
     # each phase's slice of the decision trace (in phase order; empty without a trace)
     phase_records: tuple[list[dict[str, Any]], ...] = ()
+    settle_steps: int | None = None  # decode steps until K settled (plugin servers)
 
 
 class Driver:
@@ -108,8 +109,10 @@ class Driver:
             results += self.run_phases([phase], cell.key)
             if trace_file is not None:
                 slices.append(read_trace_slice(trace_file, offset))
-        trace_k = trace_mean_k([r for s in slices for r in s]) if trace_file is not None else None
-        return dataclasses.replace(combine(results, trace_k), phase_records=tuple(slices))
+        records = [r for s in slices for r in s]
+        trace_k = trace_mean_k(records) if trace_file is not None else None
+        return dataclasses.replace(combine(results, trace_k), phase_records=tuple(slices),
+                                   settle_steps=settle_steps(records) if slices else None)
 
 
 def combine(results: Sequence[dict[str, Any]], trace_k: float | None) -> CellResult:
@@ -150,6 +153,33 @@ def read_trace_slice(path: pathlib.Path, offset: int) -> list[dict[str, Any]]:
         if isinstance(rec, dict):
             out.append(rec)
     return out
+
+
+def settle_steps(records: Sequence[dict[str, Any]]) -> int | None:
+    """Decode steps until K settled in a cell: the first decision after which every
+    decision that is not a scheduled probe or warm-up stays within +-1 of the K held most
+    often in the cell's second half (0: settled from the first).  None without decisions
+    of one adaptive policy (a fixed K, a paired run)."""
+    ds = [r for r in records if "k" in r and "policy" in r and "window" not in r
+          and "step" in r]
+    if not ds or len({r["policy"] for r in ds}) != 1 or ds[0]["policy"] == "fixed":
+        return None
+    held = [int(r["k"]) for r in ds if not _scheduled(r)]
+    if not held:
+        return None
+    late = held[len(held) // 2:]
+    final = max(sorted(set(late)), key=late.count)
+    settled = len(ds)
+    for i in range(len(ds) - 1, -1, -1):
+        if not _scheduled(ds[i]) and abs(int(ds[i]["k"]) - final) > 1:
+            break
+        settled = i
+    return settled
+
+
+def _scheduled(decision: dict[str, Any]) -> bool:
+    """A probe or warm-up decision (online): measurements, not what the policy holds."""
+    return str(decision.get("reason", "")).startswith(("probe", "warmup"))
 
 
 def trace_mean_k(records: Sequence[dict[str, Any]]) -> float | None:

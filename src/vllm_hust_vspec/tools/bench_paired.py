@@ -76,7 +76,7 @@ def windows_from_trace(records: Iterable[Mapping[str, Any]], workload: str,
 def window_from_dict(rec: Any, where: str) -> Window:
     if not isinstance(rec, dict):
         raise PairedError(f"{where}: must be an object")
-    missing = [k for k in WINDOW_KEYS if k not in rec]
+    missing = [k for k in WINDOW_KEYS if k not in rec and k != "load_1m"]
     if missing:
         raise PairedError(f"{where}: key '{missing[0]}' is missing")
     extra = sorted(set(rec) - set(WINDOW_KEYS))
@@ -87,14 +87,14 @@ def window_from_dict(rec: Any, where: str) -> Window:
         if isinstance(v, bool) or not isinstance(v, int) or v < 0:
             raise PairedError(f"{where}: key '{key}' must be an integer >= 0, got {v!r}")
     for key in ("ms", "batch", "load_1m"):
-        v = rec[key]
+        v = rec.get(key)
         if key == "load_1m" and v is None:
             continue
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
             raise PairedError(f"{where}: key '{key}' must be a finite number >= 0, got {v!r}")
     if not isinstance(rec["policy"], str) or not rec["policy"]:
         raise PairedError(f"{where}: key 'policy' must be a non-empty string")
-    return Window(**{k: rec[k] for k in WINDOW_KEYS})
+    return Window(**{k: rec.get(k) for k in WINDOW_KEYS})
 
 
 def is_fixed(policy: str) -> bool:

@@ -33,7 +33,7 @@ from vllm_hust_vspec.errors import VspecError
 POLICIES = ("none", "fixed", "native_table", "online", "budget", "plugin_fixed")
 RUN_KEYS = ("config", "policy", "k", "workload", "concurrency", "round", "output_tok_s",
             "tpot_ms", "mean_accept_len", "mean_k")
-OPTIONAL_RUN_KEYS = ("load_1m",)
+OPTIONAL_RUN_KEYS = ("load_1m", "settle_steps")
 TOP_KEYS = ("command", "machine", "runs")
 OPTIONAL_TOP_KEYS = ("paired",)
 
@@ -55,11 +55,13 @@ class Run:
     mean_accept_len: float
     mean_k: float
     load_1m: float | None = None
+    settle_steps: int | None = None  # decode steps until K settled (adaptive policies)
 
     def to_dict(self) -> dict[str, Any]:
         out = {key: getattr(self, key) for key in RUN_KEYS}
-        if self.load_1m is not None:
-            out["load_1m"] = self.load_1m
+        for key in OPTIONAL_RUN_KEYS:
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
         return out
 
     @property
@@ -104,8 +106,11 @@ def run_from_dict(rec: Any, where: str) -> Run:
     nums = {k: _number(rec, k, where) for k in ("output_tok_s", "tpot_ms", "mean_accept_len",
                                                   "mean_k")}
     load = _number(rec, "load_1m", where) if rec.get("load_1m") is not None else None
+    settle = rec.get("settle_steps")
+    if settle is not None and (isinstance(settle, bool) or not isinstance(settle, int) or settle < 0):
+        raise ResultsError(f"{where}: key 'settle_steps' must be an integer >= 0, got {settle!r}")
     return Run(config=rec["config"], policy=rec["policy"], k=rec["k"], workload=rec["workload"],
-               concurrency=conc, round=rec["round"], load_1m=load, **nums)
+               concurrency=conc, round=rec["round"], load_1m=load, settle_steps=settle, **nums)
 
 
 def validate_results(doc: Any, source: str = "results") -> list[Run]:
@@ -282,6 +287,26 @@ def accept_table(cells: Sequence[CellSummary], configs: Sequence[str]) -> str:
     return "\n".join(rows)
 
 
+def settle_table(runs: Sequence[Run], workload_order: Sequence[str] = ()) -> str:
+    """Decode steps until K settled, per adaptive configuration and cell: median over rounds
+    (min-max); empty when no run has the figure."""
+    with_settle = [r for r in runs if r.settle_steps is not None]
+    if not with_settle:
+        return ""
+    configs = config_order(with_settle)
+    order = list(workload_order) or list(dict.fromkeys(r.workload for r in runs))
+    cells = sorted({r.cell for r in with_settle}, key=lambda c: _cell_order(c, order))
+    rows = ["| workload | conc | " + " | ".join(configs) + " |",
+            "|---|---|" + "---|" * len(configs)]
+    for cell in cells:
+        vals = []
+        for cfg in configs:
+            xs = [r.settle_steps for r in with_settle if r.cell == cell and r.config == cfg]
+            vals.append("-" if not xs else f"{statistics.median(xs):.0f} ({min(xs)}-{max(xs)})")
+        rows.append(f"| {cell[0]} | {cell[1]} | " + " | ".join(vals) + " |")
+    return "\n".join(rows)
+
+
 def markdown_report(runs: Sequence[Run], workload_order: Sequence[str] = ()) -> str:
     """The three tables of a run, in markdown."""
     cells = summarize(runs, workload_order)
@@ -305,4 +330,11 @@ def markdown_report(runs: Sequence[Run], workload_order: Sequence[str] = ()) -> 
         "",
         accept_table(cells, configs),
         "",
-    ])
+    ] + ([] if not settle_table(runs) else [
+        "Decode steps until K settled (within +-1 of the K held most in the cell's second "
+        "half, probes aside), median (min-max) over rounds; the first cell of a server is "
+        "its fresh start:",
+        "",
+        settle_table(runs, workload_order),
+        "",
+    ]))

@@ -1,0 +1,81 @@
+"""The paired in-engine comparison's arithmetic (tools/bench_paired.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from vllm_hust_vspec.tools.bench_paired import (
+    PairedError,
+    Window,
+    markdown,
+    summarize,
+    window_from_dict,
+    windows_from_trace,
+)
+
+pytestmark = pytest.mark.unit
+
+
+def _w(policy, rnd, tok_s, phase=0, server_round=1, ms=100.0, workload="code", conc=4):
+    return Window(workload, conc, phase, server_round, 0, rnd, policy, 10,
+                  round(tok_s * ms / 1000.0), ms, 4.0, 0.5)
+
+
+def test_ratios_are_taken_inside_each_rotation_round():
+    """The machine slows down by half in round 2: the pairs stay 1.1 and 0.9."""
+    ws = []
+    for rnd, speed in ((1, 1.0), (2, 0.5), (3, 1.0)):
+        ws += [_w("fixed:1", rnd, 1000 * speed), _w("fixed:2", rnd, 900 * speed),
+               _w("online", rnd, 1100 * speed)]
+    (cell,) = summarize(ws)
+    assert cell.best_fixed == "fixed:1"
+    assert cell.row("online").ratio == pytest.approx(1.1, abs=1e-3)
+    assert cell.row("fixed:2").ratio == pytest.approx(0.9, abs=1e-3)
+    assert cell.row("online").rounds == 3
+    assert cell.row("online").server_lo == pytest.approx(1.1, abs=1e-3)
+
+
+def test_an_incomplete_round_is_not_paired():
+    ws = [_w("fixed:1", 1, 1000), _w("online", 1, 500), _w("fixed:1", 2, 1000)]
+    (cell,) = summarize(ws)
+    assert cell.row("online").rounds == 1 and cell.row("online").ratio == pytest.approx(0.5)
+    assert cell.row("fixed:1").tok_s == pytest.approx(1000.0)  # the unpaired window left out
+
+
+def test_a_swing_composes_the_per_phase_best_fixed_k():
+    """Phase 0: fixed:1 is best (1000 vs 800), phase 1: fixed:2 (1000 vs 600); online runs
+    at 1000 in both: it equals the per-phase oracle although it beats each single fixed K."""
+    ws = []
+    for rnd in (1, 2):
+        ws += [_w("fixed:1", rnd, 1000, phase=0), _w("fixed:2", rnd, 800, phase=0),
+               _w("online", rnd, 1000, phase=0),
+               _w("fixed:1", rnd, 600, phase=1), _w("fixed:2", rnd, 1000, phase=1),
+               _w("online", rnd, 1000, phase=1)]
+    (cell,) = summarize([w for w in ws])
+    online = cell.row("online")
+    assert online.phase_ratio == pytest.approx(1.0, abs=1e-3)
+    assert online.ratio > 1.1  # above the single best fixed K
+    assert cell.row("fixed:1").phase_ratio < 0.9
+
+
+def test_window_records_round_trip_and_bad_ones_are_named():
+    recs = [{"trace": "vspec-decisions"},
+            {"window": 3, "round": 1, "policy": "fixed:2", "steps": 7, "tokens": 40,
+             "ms": 90.5, "batch": 4.0}]
+    (w,) = windows_from_trace(recs, "mixed", 16, 1, 2, 0.4)
+    assert (w.workload, w.concurrency, w.phase, w.server_round, w.policy) == (
+        "mixed", 16, 1, 2, "fixed:2")
+    assert window_from_dict(w.to_dict(), "w") == w
+    bad = dict(w.to_dict(), tokens=-1)
+    with pytest.raises(PairedError, match=r"paired\[0\]: key 'tokens' must be an integer >= 0"):
+        window_from_dict(bad, "paired[0]")
+    with pytest.raises(PairedError, match="unknown key 'x'"):
+        window_from_dict(dict(w.to_dict(), x=1), "paired[0]")
+
+
+def test_the_report_section_names_the_best_fixed_k_and_the_load():
+    ws = [_w("fixed:1", r, 1000) for r in (1, 2)] + [_w("online", r, 990) for r in (1, 2)]
+    text = markdown(ws)
+    assert "| code | 4 | fixed:1 | online | 990.0 | 0.990 [0.990-0.990] (2) |" in text
+    assert "Load average (1 min) before each server: 0.50." in text
+    assert markdown([]) == ""
