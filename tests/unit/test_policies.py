@@ -219,15 +219,6 @@ def test_stop_respects_min_gamma_and_errors():
         _ctl("fixed:3", stop="confidence").decide(_view(2, conf=np.zeros((3, 3))))
 
 
-def _timed(c: Controller, step: int, batch: int, k: int, ms: float, accepted: int = 1) -> None:
-    """One uniform step of ``batch`` requests at K = ``k`` taking ``ms``."""
-    from vllm_hust_vspec.adaptive.observations import StepResult
-
-    drafted = np.full(batch, k)
-    c.observe(StepResult(step, batch, k, (), ms, k, drafted, np.minimum(drafted, accepted),
-                         k_drafted=k))
-
-
 def test_online_decisions_carry_what_it_believed_of_every_k():
     from vllm_hust_vspec.adaptive.trace import decision_record
 
@@ -240,3 +231,54 @@ def test_online_decisions_carry_what_it_believed_of_every_k():
     assert rec["est_costs"][0] is None and len(rec["est_costs"]) == 4
     assert rec["est_costs"][d.k] == pytest.approx(d.est_cost_ms, abs=1e-3)
     assert rec["est_goodput"][1:] == pytest.approx(list(d.est_goodput), abs=1e-4)
+
+
+def _timed(c: Controller, step: int, batch: int, k: int, ms: float, accepted: int = 2) -> None:
+    """One uniform step of ``batch`` requests at K = ``k`` taking ``ms``; each request
+    accepts ``min(k, accepted)`` drafts."""
+    from vllm_hust_vspec.adaptive.observations import StepResult
+
+    drafted = np.full(batch, k)
+    c.observe(StepResult(step, batch, k, (), ms, k, drafted, np.minimum(drafted, accepted),
+                         k_drafted=k))
+
+
+def _jump(exploration: float):
+    """200 decisions at batch 1 (a step costs 8 + 0.9 K ms), then 40 at batch 4 (8 + 2.3 K
+    ms); every request accepts up to 2 drafts, so K = 2 is best at both."""
+    c = _ctl("online", kmax=4, warmup_samples=1, exploration=exploration)
+    step = 0
+    for _ in range(200):
+        d = c.decide(_view(1, step))
+        _timed(c, step, 1, d.k, 8.0 + 0.9 * d.k)
+        step += 1
+    out = []
+    for _ in range(40):
+        d = c.decide(_view(4, step))
+        out.append((step, d))
+        _timed(c, step, 4, d.k, 8.0 + 2.3 * d.k)
+        step += 1
+    return c, out
+
+
+def test_online_measures_where_the_batch_has_no_recent_step_times():
+    """At the jump to batch 4 the cost model has no step time there: online measures at
+    once, batch-wide, one K at a time (at most one step every UNCERTAIN_SPACING decisions,
+    until UNCERTAIN_TIMED Ks are timed there), then holds the K that is best there."""
+    from vllm_hust_vspec.adaptive.policies.online import UNCERTAIN_SPACING, UNCERTAIN_TIMED
+
+    c, out = _jump(0.01)
+    measured = {s: d.k for s, d in out if d.reason.startswith("measure")}
+    assert min(measured) == 200  # the first decision at batch 4
+    assert all(d.k_i is None for s, d in out if s in measured)  # batch-wide: K's own time
+    assert (np.diff(sorted(measured)) >= UNCERTAIN_SPACING).all()
+    assert len(set(measured.values())) == len(measured) <= UNCERTAIN_TIMED
+    held = [d.k for s, d in out[20:] if d.reason.startswith(("best", "hold", "switch"))]
+    assert held and all(k == 2 for k in held)
+    timed = c.cost.support_uniform(4, range(5))
+    assert sum(x >= 0.5 for x in timed) >= UNCERTAIN_TIMED
+
+
+def test_online_without_exploration_never_measures():
+    _c, out = _jump(0.0)
+    assert not any(d.reason.startswith("measure") for _s, d in out)

@@ -25,7 +25,18 @@ Decision rule, in order:
    ``max_gamma_step`` (one-step measurements) and do not change the held K.
    With ``exploration = 0`` there are no probes, except while the held K is 0, where a probe
    still comes every ``ZERO_RESUME_PERIOD`` decisions so speculation can always resume.
-3. **Exploit**: ``best = argmax goodput`` (ties: smaller K).  Switch from the held K only if
+3. **Measure where the cost model only extrapolates**: while fewer than ``UNCERTAIN_TIMED``
+   Ks have a recent step time near the current batch size
+   (:meth:`~..estimators.StepCostModel.support_uniform` at least ``SUPPORT_MIN``: not so on a
+   fresh server, nor at a load the engine has not served lately), an untimed K runs
+   batch-wide for one step, at most one every ``UNCERTAIN_SPACING`` decisions, none with
+   exploration 0.  Once one K is timed there, only a K predicted within ``UNCERTAIN_MARGIN``
+   of the best, or next to the best, is measured (one the measurement could make the
+   choice).  Without it, a roofline fitted at other batch sizes prices K there by
+   extrapolation alone, and the held K is the only one the engine then times: measured on
+   the CPU host, online held K = 0 at batch 4 for 538 of its 2992 decisions while K = 2..3
+   ran 35% faster there.
+4. **Exploit**: ``best = argmax goodput`` (ties: smaller K).  Switch from the held K only if
    ``goodput(best) > goodput(held) * (1 + hysteresis)``, moving at most ``max_gamma_step``.
 
 Defaults (settings.py): exploration 0.01 -> S = 100, W = 900 decisions at kmax 8, min 0;
@@ -45,6 +56,12 @@ from .base import Policy, PolicyContext, decision, goodput_table
 
 ZERO_RESUME_PERIOD = 200  # probe spacing while held at K=0 with exploration = 0
 PROBE_FRACTION = 0.25  # share of the batch that drafts an upward probe's K
+# measuring where the cost model only extrapolates (rule 3)
+SUPPORT_MIN = 0.5  # evidence (aged, count-capped step times) that makes a K "timed" near a
+#                    batch: one step time counts until it is a cost-model half-life old
+UNCERTAIN_TIMED = 3  # Ks timed near a batch after which it is known (the best, neighbours)
+UNCERTAIN_SPACING = 3  # decisions between two measurements
+UNCERTAIN_MARGIN = 0.2  # a K predicted further below the best (and not next to it) is skipped
 
 
 class OnlinePolicy(Policy):
@@ -68,6 +85,7 @@ class OnlinePolicy(Policy):
         self.probe_ptr = 0
         self.probe_rot = 0  # rotates the requests that draft a partial probe
         self._warm_order: list[int] | None = None
+        self._last_uncertain = -UNCERTAIN_SPACING  # decision index of the last measurement
 
     # -- helpers
     def probe_spacing(self, exploration: float, since_warmup: int = 1 << 30) -> int | None:
@@ -119,6 +137,13 @@ class OnlinePolicy(Policy):
                 ctx, self.held, self.name, "hold: no step times yet", batch_size=b
             )
         gp, costs = table
+        if ctx.exploration > 0 and n - self._last_uncertain >= UNCERTAIN_SPACING:
+            uncertain = self._uncertain(b, gp, ctx)
+            if uncertain is not None:
+                self._last_uncertain = n
+                return decision(ctx, uncertain, self.name,
+                                f"measure k={uncertain}: no recent step time at batch ~{b}",
+                                batch_size=b)
         k, reason = self._exploit(gp, ctx)
         return Decision(
             k=k,
@@ -158,6 +183,23 @@ class OnlinePolicy(Policy):
             else:
                 self.next_probe = after + 1
         return None
+
+    def _uncertain(self, b: int, gp: list[float], ctx: PolicyContext) -> int | None:
+        """The K worth one measurement at batch ~``b`` (rule 3), or None: while fewer than
+        ``UNCERTAIN_TIMED`` Ks have a recent step time near this batch, an untimed K whose
+        predicted goodput is within ``UNCERTAIN_MARGIN`` of the best or that is next to the
+        best (with nothing timed here, any K), the least supported first."""
+        support = ctx.cost.support_uniform(b, self.candidates)
+        timed = sum(1 for x in support if x >= SUPPORT_MIN)
+        if timed >= UNCERTAIN_TIMED:
+            return None
+        best = max(range(len(gp)), key=gp.__getitem__)
+        floor = gp[best] / (1.0 + UNCERTAIN_MARGIN) if timed else 0.0
+        open_ = [i for i, x in enumerate(support)
+                 if x < SUPPORT_MIN and (gp[i] >= floor or abs(i - best) == 1)]
+        if not open_:
+            return None
+        return self.candidates[min(open_, key=support.__getitem__)]
 
     def _exploit(self, gp: list[float], ctx: PolicyContext) -> tuple[int, str]:
         """Rule 3: K (and the reason) from the goodput of every candidate; moves the held K."""
