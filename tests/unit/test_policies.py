@@ -243,20 +243,20 @@ def _timed(c: Controller, step: int, batch: int, k: int, ms: float, accepted: in
                          k_drafted=k))
 
 
-def _jump(exploration: float):
+def _jump(exploration: float, accepted: int = 2):
     """200 decisions at batch 1 (a step costs 8 + 0.9 K ms), then 40 at batch 4 (8 + 2.3 K
-    ms); every request accepts up to 2 drafts, so K = 2 is best at both."""
+    ms); every request accepts up to ``accepted`` drafts (2: K = 2 is best at both)."""
     c = _ctl("online", kmax=4, warmup_samples=1, exploration=exploration)
     step = 0
     for _ in range(200):
         d = c.decide(_view(1, step))
-        _timed(c, step, 1, d.k, 8.0 + 0.9 * d.k)
+        _timed(c, step, 1, d.k, 8.0 + 0.9 * d.k, accepted)
         step += 1
     out = []
     for _ in range(40):
         d = c.decide(_view(4, step))
         out.append((step, d))
-        _timed(c, step, 4, d.k, 8.0 + 2.3 * d.k)
+        _timed(c, step, 4, d.k, 8.0 + 2.3 * d.k, accepted)
         step += 1
     return c, out
 
@@ -275,10 +275,23 @@ def test_online_measures_where_the_batch_has_no_recent_step_times():
     assert len(set(measured.values())) == len(measured) <= UNCERTAIN_TIMED
     held = [d.k for s, d in out[20:] if d.reason.startswith(("best", "hold", "switch"))]
     assert held and all(k == 2 for k in held)
-    timed = c.cost.support_uniform(4, range(5))
+    timed = c.cost.support(4, range(5))
     assert sum(x >= 0.5 for x in timed) >= UNCERTAIN_TIMED
 
 
 def test_online_without_exploration_never_measures():
     _c, out = _jump(0.0)
     assert not any(d.reason.startswith("measure") for _s, d in out)
+
+
+def test_a_measurement_that_resumes_from_k0_takes_two_steps():
+    """Nothing is accepted, so online holds K = 0; a measurement of a K > 0 from there runs
+    two steps (on the real engine the first also catches the drafter up and is not timed)."""
+    _c, out = _jump(0.01, accepted=0)
+    ds = [d for _s, d in out]
+    resumes = [i for i in range(1, len(ds) - 1)
+               if ds[i].reason.startswith("measure") and "(2/2)" not in ds[i].reason
+               and ds[i].k > 0 and ds[i - 1].k == 0]
+    assert resumes
+    for i in resumes:
+        assert ds[i + 1].k == ds[i].k and "(2/2)" in ds[i + 1].reason

@@ -336,7 +336,7 @@ def _fit_grid(
     return best
 
 
-SUPPORT_SPAN = 1.5  # batch sizes within this factor count as evidence for each other
+SUPPORT_SPAN = 2.0  # batch sizes within this factor count as evidence for each other
 
 
 class StepCostModel:
@@ -545,12 +545,12 @@ class StepCostModel:
         ms *= ct
         return ms + draft
 
-    def support_uniform(self, batch: int, ks: Sequence[int]) -> list[float]:
-        """How much recent evidence prices each batch-uniform K near this batch size: the
-        summed fit weight (count capped, aged) of the cells with K's drafter passes, about
-        K + 1 verified tokens per request and a batch within a factor ``SUPPORT_SPAN`` of
-        ``batch``.  0 for a K never timed near this batch (the roofline extrapolates
-        there)."""
+    def support(self, batch: int, ks: Sequence[int]) -> list[float]:
+        """How much recent evidence prices each K near this batch size: the summed fit
+        weight (count capped, aged) of the timed cells with K's drafter passes and a batch
+        within a factor ``SUPPORT_SPAN`` of ``batch``, whatever they verified (on the real
+        engine a step verifies the K of the step before and drafts its own).  0 for a K
+        never timed near this batch (the roofline extrapolates there)."""
         if not self._ms:
             return [0.0] * len(ks)
         b = np.array(self._kb)
@@ -558,10 +558,9 @@ class StepCostModel:
         if not near.any():
             return [0.0] * len(ks)
         w = self._weights()[near]
-        per_req = np.rint(np.array(self._kt)[near] / b[near]) - 1.0
         d = np.array(self._kd)[near]
         dmin = self.draft_min_steps
-        return [float(w[(per_req == k) & (d == (k if k > dmin else dmin))].sum()) for k in ks]
+        return [float(w[d == (k if k > dmin else dmin)].sum()) for k in ks]
 
     def predict_uniform(self, batch: int, ks: Sequence[int]) -> list[float] | None:
         """Predicted ms for a batch of ``batch`` requests all drafting K, for each K in ks."""

@@ -27,10 +27,11 @@ Decision rule, in order:
    still comes every ``ZERO_RESUME_PERIOD`` decisions so speculation can always resume.
 3. **Measure where the cost model only extrapolates**: while fewer than ``UNCERTAIN_TIMED``
    Ks have a recent step time near the current batch size
-   (:meth:`~..estimators.StepCostModel.support_uniform` at least ``SUPPORT_MIN``: not so on a
+   (:meth:`~..estimators.StepCostModel.support` at least ``SUPPORT_MIN``: not so on a
    fresh server, nor at a load the engine has not served lately), an untimed K runs
-   batch-wide for one step, at most one every ``UNCERTAIN_SPACING`` decisions, none with
-   exploration 0.  Once one K is timed there, only a K predicted within ``UNCERTAIN_MARGIN``
+   batch-wide for one step (two when it resumes from K = 0: the first also catches the
+   drafter up and is not timed), at most one measurement every ``UNCERTAIN_SPACING``
+   decisions and of one K every ``UNCERTAIN_COOLDOWN``, none with exploration 0.  Once one K is timed there, only a K predicted within ``UNCERTAIN_MARGIN``
    of the best, or next to the best, is measured (one the measurement could make the
    choice).  Without it, a roofline fitted at other batch sizes prices K there by
    extrapolation alone, and the held K is the only one the engine then times: measured on
@@ -62,6 +63,7 @@ SUPPORT_MIN = 0.5  # evidence (aged, count-capped step times) that makes a K "ti
 UNCERTAIN_TIMED = 3  # Ks timed near a batch after which it is known (the best, neighbours)
 UNCERTAIN_SPACING = 3  # decisions between two measurements
 UNCERTAIN_MARGIN = 0.2  # a K predicted further below the best (and not next to it) is skipped
+UNCERTAIN_COOLDOWN = 32  # decisions before the same K is measured again (an untimed attempt)
 
 
 class OnlinePolicy(Policy):
@@ -86,6 +88,8 @@ class OnlinePolicy(Policy):
         self.probe_rot = 0  # rotates the requests that draft a partial probe
         self._warm_order: list[int] | None = None
         self._last_uncertain = -UNCERTAIN_SPACING  # decision index of the last measurement
+        self._measured_at: dict[int, int] = {}  # K -> decision index of its last measurement
+        self._measuring: int | None = None  # a resume's measurement: its second step's K
 
     # -- helpers
     def probe_spacing(self, exploration: float, since_warmup: int = 1 << 30) -> int | None:
@@ -126,6 +130,10 @@ class OnlinePolicy(Policy):
         n = self.n
         self.n += 1
         b = len(batch.req_ids)
+        if self._measuring is not None:  # a resume's measurement, second step
+            k, self._measuring = self._measuring, None
+            return decision(ctx, k, self.name, f"measure k={k} (2/2) at batch ~{b}",
+                            batch_size=b)
         scheduled = self._scheduled_probe(n, batch, ctx)
         if scheduled is not None:
             return scheduled
@@ -138,9 +146,14 @@ class OnlinePolicy(Policy):
             )
         gp, costs = table
         if ctx.exploration > 0 and n - self._last_uncertain >= UNCERTAIN_SPACING:
-            uncertain = self._uncertain(b, gp, ctx)
+            uncertain = self._uncertain(b, gp, n, ctx)
             if uncertain is not None:
                 self._last_uncertain = n
+                self._measured_at[uncertain] = n
+                if uncertain > 0 and ctx.last_k == 0:
+                    # a resume from K = 0: its first step also catches the drafter up and
+                    # is not timed; the second is
+                    self._measuring = uncertain
                 return decision(ctx, uncertain, self.name,
                                 f"measure k={uncertain}: no recent step time at batch ~{b}",
                                 batch_size=b)
@@ -184,19 +197,22 @@ class OnlinePolicy(Policy):
                 self.next_probe = after + 1
         return None
 
-    def _uncertain(self, b: int, gp: list[float], ctx: PolicyContext) -> int | None:
+    def _uncertain(self, b: int, gp: list[float], n: int, ctx: PolicyContext) -> int | None:
         """The K worth one measurement at batch ~``b`` (rule 3), or None: while fewer than
         ``UNCERTAIN_TIMED`` Ks have a recent step time near this batch, an untimed K whose
         predicted goodput is within ``UNCERTAIN_MARGIN`` of the best or that is next to the
-        best (with nothing timed here, any K), the least supported first."""
-        support = ctx.cost.support_uniform(b, self.candidates)
+        best (with nothing timed here, any K), not measured in the last
+        ``UNCERTAIN_COOLDOWN`` decisions, the least supported first."""
+        support = ctx.cost.support(b, self.candidates)
         timed = sum(1 for x in support if x >= SUPPORT_MIN)
         if timed >= UNCERTAIN_TIMED:
             return None
         best = max(range(len(gp)), key=gp.__getitem__)
         floor = gp[best] / (1.0 + UNCERTAIN_MARGIN) if timed else 0.0
+        lo = self.candidates[0]
         open_ = [i for i, x in enumerate(support)
-                 if x < SUPPORT_MIN and (gp[i] >= floor or abs(i - best) == 1)]
+                 if x < SUPPORT_MIN and (gp[i] >= floor or abs(i - best) == 1)
+                 and n - self._measured_at.get(i + lo, -UNCERTAIN_COOLDOWN) >= UNCERTAIN_COOLDOWN]
         if not open_:
             return None
         return self.candidates[min(open_, key=support.__getitem__)]
