@@ -179,6 +179,8 @@ def test_paired_real_server(fixtures_dir, tmp_path):
     assert "## Paired in-engine comparison" in report
     assert f"| code | 2 | {cell.best_fixed} | online |" in report
     assert "Load average (1 min) before each server" in report
+    assert report.startswith("Load average (1 min) before the first server: ")
+    assert isinstance(doc["machine"]["load_1m_start"], float)
     assert not (out / "ab.png").exists()  # nothing to plot without server-level rows
 
 

@@ -315,6 +315,8 @@ def _execute(plan: _Plan, a: argparse.Namespace) -> int:
     results_path = out / "results.json"
     command = shlex.join([PROG, *sys.argv[1:]])
     machine = machine_info(plan.base)
+    # what else the machine is doing: later servers' loads include the previous one's tail
+    machine["load_1m_start"] = load_1m()
     runs: list[results.Run] = []
     windows: list[paired.Window] = []
     total = plan.rounds * len(plan.configs)
@@ -429,7 +431,8 @@ def _report(plan: _Plan, runs: list[results.Run], windows: list[paired.Window],
             machine: dict[str, Any], results_path: pathlib.Path) -> None:
     """Write and print the markdown report and the plot of a finished A/B."""
     out = plan.out
-    report = ((results.markdown_report(runs, plan.workloads) if runs else "")
+    report = (_load_line(machine.get("load_1m_start"))
+              + (results.markdown_report(runs, plan.workloads) if runs else "")
               + paired.markdown(windows) + _trace_pictures(out))
     (out / "report.md").write_text(report, encoding="utf-8")
     print()
@@ -444,6 +447,15 @@ def _report(plan: _Plan, runs: list[results.Run], windows: list[paired.Window],
                         workload_order=plan.workloads)
         print(f"plot: {png}")
     print(results_path)
+
+
+def _load_line(load: float | None) -> str:
+    """The report's first line: the load average before the first server."""
+    if load is None:
+        return ""
+    verdict = (" Above 1.5: something else ran on the machine, this run judges nothing."
+               if load > 1.5 else "")
+    return f"Load average (1 min) before the first server: {load:.2f}.{verdict}\n\n"
 
 
 def load_1m() -> float | None:

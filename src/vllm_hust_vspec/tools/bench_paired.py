@@ -220,8 +220,7 @@ def markdown(ws: Sequence[Window]) -> str:
     cells = summarize(ws)
     loads = sorted({w.load_1m for w in ws if w.load_1m is not None})
     load = ("" if not loads else f" Load average (1 min) before each server: "
-            f"{', '.join(f'{x:.2f}' for x in loads)}"
-            + (" (above 1.5: judges nothing)." if loads[-1] > 1.5 else "."))
+            f"{', '.join(f'{x:.2f}' for x in loads)}.")
     lines = ["", "## Paired in-engine comparison", "",
              "One server, the policies taking turns in windows of decode steps "
              "(`--adaptive-compare`). Each cell: pooled tok/s, then `/ best fixed` as the "

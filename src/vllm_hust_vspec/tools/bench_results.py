@@ -8,8 +8,10 @@ the ratio tables (each configuration / ``none`` and / the best fixed K of the sa
                "output_tok_s", "tpot_ms", "mean_accept_len", "mean_k", "load_1m"?}, ...],
      "paired"?: [window records of the paired configuration (.bench_paired)]}
 
-``load_1m`` is the machine's 1-minute load average before the run's server started (what
-else the machine was doing; a benchmark run with load above ~1.5 judges nothing).
+``load_1m`` is the machine's 1-minute load average before the run's server started (after
+the first server it still carries the previous server's tail; ``machine.load_1m_start``,
+taken before the first server, says what else the machine was doing: above ~1.5 the run
+judges nothing).
 
 ``policy`` is one of none | fixed | native_table | online | budget | plugin_fixed; ``k`` is K for
 ``fixed`` and ``plugin_fixed``, Kmax for the others and 0 for ``none``; ``concurrency`` is an int or ``"swing"``.  Goals are
@@ -314,8 +316,8 @@ def markdown_report(runs: Sequence[Run], workload_order: Sequence[str] = ()) -> 
     rounds = sorted({r.round for r in runs})
     loads = [r.load_1m for r in runs if r.load_1m is not None]
     load = ("" if not loads else
-            f" Load average (1 min) before each server: {min(loads):.2f}-{max(loads):.2f}"
-            + (" (above 1.5: this run judges nothing)." if max(loads) > 1.5 else "."))
+            f" Load average (1 min) before each server: {min(loads):.2f}-{max(loads):.2f} "
+            "(after the first, the previous server's tail).")
     return "\n".join([
         f"Median ratios over {len(rounds)} round(s): each cell `config / none` and "
         f"`config / best fixed K of the cell`.{load}",
