@@ -49,6 +49,17 @@ def fake_env(fake: dict[str, pathlib.Path]) -> dict[str, str]:
     return clean_env(HUST_VSPEC_MODEL_DIR=str(fake["models"]))
 
 
+def real_ab(fixtures_dir: pathlib.Path, out: pathlib.Path, *args: str) -> subprocess.CompletedProcess:
+    """One round of ``bench ab`` on the real fixtures (one warm-up request per server),
+    which must succeed."""
+    env = clean_env(HUST_VSPEC_MODEL_DIR=str(fixtures_dir))
+    proc = bench("--prompts-dir", str(fixtures_dir / "prompts"), "--output-dir", str(out),
+                 "--rounds", "1", "--warmup-requests", "1", *args, "--", "--config", PRESET,
+                 env=env, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc
+
+
 def dry_run(fake, *args: str) -> dict[str, dict]:
     proc = bench("--dry-run", "--prompts-dir", str(fake["prompts"]), "--output-dir",
                  str(fake["out"]), *args, env=fake_env(fake))
@@ -153,13 +164,9 @@ def test_paired_real_server(fixtures_dir, tmp_path):
     take turns in one server over code at concurrency 2; results.json holds their windows,
     report.md pairs them per rotation round against the best fixed K."""
     out = tmp_path / "ab"
-    env = clean_env(HUST_VSPEC_MODEL_DIR=str(fixtures_dir))
-    proc = bench("--prompts-dir", str(fixtures_dir / "prompts"), "--output-dir", str(out),
-                 "--configs", "paired", "--paired-policies", "fixed:1,fixed:3,online",
-                 "--paired-window", "4", "--workloads", "code", "--concurrency", "2",
-                 "--rounds", "1", "--output-len", "32", "--requests-per-slot", "4",
-                 "--warmup-requests", "1", "--", "--config", PRESET, env=env, timeout=900)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    real_ab(fixtures_dir, out, "--configs", "paired", "--paired-policies",
+            "fixed:1,fixed:3,online", "--paired-window", "4", "--workloads", "code",
+            "--concurrency", "2", "--output-len", "32", "--requests-per-slot", "4")
     doc = json.loads((out / "results.json").read_text())
     from vllm_hust_vspec.tools.bench_paired import summarize, window_from_dict
     from vllm_hust_vspec.tools.bench_results import validate_results
@@ -287,13 +294,9 @@ def test_minimal_real_ab(fixtures_dir, tmp_path):
     """One round, tiny token caps, three configurations (none, fixed K=2, online) over code at
     concurrency 2 and a two-phase swing: the whole pipeline on the real CPU host."""
     out = tmp_path / "ab"
-    env = clean_env(HUST_VSPEC_MODEL_DIR=str(fixtures_dir))
-    proc = bench("--prompts-dir", str(fixtures_dir / "prompts"), "--output-dir", str(out),
-                 "--configs", "none,fixed:2,online", "--workloads", "code,swing",
-                 "--concurrency", "2", "--swing-phases", "1,2", "--rounds", "1",
-                 "--output-len", "12", "--requests-per-slot", "1", "--min-requests", "2",
-                 "--warmup-requests", "1", "--", "--config", PRESET, env=env, timeout=900)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    proc = real_ab(fixtures_dir, out, "--configs", "none,fixed:2,online", "--workloads",
+                   "code,swing", "--concurrency", "2", "--swing-phases", "1,2",
+                   "--output-len", "12", "--requests-per-slot", "1", "--min-requests", "2")
     lines = proc.stdout.strip().splitlines()
     assert lines[-1] == str(out / "results.json")
     assert sum(1 for line in lines if re.match(r"\[\d/3\] round 1/1 ", line)) == 3
