@@ -157,20 +157,14 @@ def test_budget_through_controller_learns_calibration():
     assert table == tuple(sorted(table))
 
 
-def test_budget_beats_online_on_hetero():
-    """Over the three seeds budget leads online by 5% or more (geometric mean), and it is
-    never behind by more than 1% on one seed: seed 0 is a tie (budget -0.2% since online
-    measures the Ks it has no step time for near the batch; +0.2% before)."""
-    ratios = []
-    for seed in (0, 1, 2):
-        trace = generate("hetero", seed, scale=0.5)
-        assert trace.has_conf
-        pk = _Packed(trace)
-        online = run_controller(trace, "online", seed, pk)
-        budget = run_controller(trace, "budget", seed, pk)
-        ratios.append(budget.tok_s / online.tok_s)
-    assert min(ratios) > 0.99, ratios
-    assert float(np.prod(ratios)) ** (1 / 3) > 1.05, ratios
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_budget_beats_online_on_hetero(seed):
+    trace = generate("hetero", seed, scale=0.5)
+    assert trace.has_conf
+    pk = _Packed(trace)
+    online = run_controller(trace, "online", seed, pk)
+    budget = run_controller(trace, "budget", seed, pk)
+    assert budget.tok_s > online.tok_s, (budget.tok_s, online.tok_s, run_oracle(trace, seed, pk).tok_s)
 
 
 # ----------------------------------------------------------------------------- profile policy
