@@ -87,3 +87,41 @@ def test_a_file_that_is_no_decision_trace_is_one_clear_error(tmp_path):
     bad.write_text('{"trace": "vspec-decisions", "version": 1}\nnot json\n')
     proc = _run(str(bad))
     assert proc.returncode == 2 and f"{bad}:2: not JSON" in proc.stderr
+
+
+def test_the_summary_sets_what_online_believed_beside_what_the_steps_measured(tmp_path):
+    """Every online decision weighs each K (``est_costs``); the summary's belief rows put
+    their median beside the steady steps' measured ms (here exactly 10 + 2 K B), and a
+    paired comparison's window records give each policy's pooled speed."""
+    trace = tmp_path / "decisions.jsonl"
+    _trace(trace, "online")
+    recs = [json.loads(line) for line in trace.read_text().splitlines()[1:]]
+    windows = [{"window": 1, "round": 1, "policy": "fixed:2", "steps": 3, "tokens": 30,
+                "ms": 20.0, "batch": 4.0},
+               {"window": 2, "round": 1, "policy": "online", "steps": 3, "tokens": 24,
+                "ms": 20.0, "batch": 4.0},
+               {"window": 3, "round": 2, "policy": "fixed:2", "steps": 3, "tokens": 10,
+                "ms": 20.0, "batch": 4.0}]
+    with open(trace, "a", encoding="utf-8") as f:
+        f.writelines(json.dumps(w) + "\n" for w in windows)
+    proc = _run(str(trace), "--json")
+    assert proc.returncode == 0, proc.stderr
+    s = json.loads(proc.stdout)
+    assert s["window_tok_s"] == {"fixed:2": 1000.0, "online": 1200.0}
+    ds = {r["step"]: r for r in recs if "est_accept" in r}
+    timed = {r["step"] for r in recs if "drafted" in r and r["ms"] is not None}
+    est: dict = {}
+    for d in ds.values():
+        for k, c in enumerate(d.get("est_costs") or ()):
+            if c is not None:
+                est.setdefault((d["batch"], k), []).append(c)
+    steady = {(d["batch"], d["k"]) for st, d in ds.items() if st in timed and not d["k_i"]
+              and st - 1 in ds and ds[st - 1]["k"] == d["k"]}
+    rows = {(r["batch"], r["k"]): r for r in s["belief"]}
+    assert rows and set(rows) == set(est) & steady
+    for (b, k), r in rows.items():
+        assert r["measured_ms"] == pytest.approx(10.0 + 2.0 * k * b)
+        assert r["est_ms"] == pytest.approx(statistics.median(est[(b, k)]), abs=1e-3)
+    text = _run(str(trace))
+    assert "believed vs measured, per batch and K" in text.stdout
+    assert "compared windows, tok/s: fixed:2 1000.0, online 1200.0" in text.stdout

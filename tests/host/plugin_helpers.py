@@ -17,6 +17,8 @@ import pathlib
 from collections.abc import Iterator
 from typing import Any
 
+from vllm_hust_vspec.adaptive.trace import is_decision
+
 BASE_ENV = {
     "VLLM_CPU_KVCACHE_SPACE": "1",
     "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
@@ -136,7 +138,7 @@ def read_decisions(path: pathlib.Path) -> tuple[list[dict], list[dict], list[dic
         rec = json.loads(line)
         if rec.get("trace") == "vspec-decisions":
             headers.append(rec)
-        elif "policy" in rec and "window" not in rec:
+        elif is_decision(rec):  # not a paired comparison's window record
             decisions.append(rec)
         elif "drafted" in rec:
             results.append(rec)

@@ -71,7 +71,8 @@ def result_record(r: StepResult, drafted: int, accepted: int) -> dict[str, Any]:
 
 
 def is_decision(rec: dict[str, Any]) -> bool:
-    return "k" in rec and "policy" in rec
+    """A decision record (a paired comparison's window record names a policy too)."""
+    return "k" in rec and "policy" in rec and "window" not in rec
 
 
 def is_result(rec: dict[str, Any]) -> bool:

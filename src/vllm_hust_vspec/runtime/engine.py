@@ -107,8 +107,6 @@ class EngineRuntime:
         # the drafter's K = 0 skips and catch-ups, for the decision trace
         self.ledger = (DrafterLedger() if self._skip_k0 and self.method in methods.K0_SKIPPED
                        else None)
-        # draft confidences: asked of the workers only when the controller uses them, and only
-        # under synchronous scheduling (where the drafts come back to the engine core)
         host_table = getattr(spec, "num_speculative_tokens_per_batch_size", None)
         # the paired comparison (adaptive_compare): one controller per policy, taking turns
         entries = settings_mod.compare_entries(settings)
@@ -116,10 +114,13 @@ class EngineRuntime:
                          else None)
         self._parts = [self._parts_for(entry_settings(settings, e), host_table)
                        for e in entries]
-        self.controller = self._controller(settings, host_table)
+        # draft confidences: asked of the workers only when the controller uses them, and only
+        # under synchronous scheduling (where the drafts come back to the engine core)
         if self._parts:
             self._activate(0)
             self.policy = "compare:" + ",".join(entries)
+        else:
+            self._controller(settings, host_table)
         self.step = 0
         self.clock = StepClock(self.kmax)
         self._verified = VerifiedCollector()
@@ -143,10 +144,10 @@ class EngineRuntime:
         gate = DecisionGate(controller, self.kmax, self.varies_k)
         return controller, gate, _wants_signals(controller) and self._sync
 
-    def _controller(self, settings: settings_mod.Settings, host_table: Any = None) -> Any:
+    def _controller(self, settings: settings_mod.Settings, host_table: Any = None) -> None:
+        """The one controller of an engine that compares nothing."""
         self.controller, self.gate, self._wants_conf = self._parts_for(settings, host_table)
         self.policy = self.controller.config.policy
-        return self.controller
 
     def _activate(self, index: int) -> None:
         """The compared policy ``index`` decides from now on."""
@@ -362,7 +363,7 @@ class EngineRuntime:
         the controller then decides again, from the state it had before; the drafts now
         pending were made at the host's Kmax."""
         self.k_override = override
-        for _controller, gate, _conf in self._parts or [(None, self.gate, None)]:
+        for gate in [p[1] for p in self._parts] or [self.gate]:
             gate.force(None)
         if self.rotation is not None:
             self.rotation.forget_pending()

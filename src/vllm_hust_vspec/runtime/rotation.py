@@ -61,15 +61,9 @@ class Rotation:
             raise ValueError(f"window of {window} decisions leaves nothing to measure")
         self.names = tuple(names)
         self.window = int(window)
-        self._number = 0
         self._current = _Window(number=1, round=1, index=0)
         self._by_step: dict[int, _Window] = {}  # decided, output not yet seen
         self._open: list[_Window] = [self._current]  # windows with steps still to come
-
-    @property
-    def active(self) -> int:
-        """The policy deciding now."""
-        return self._current.index
 
     def decision(self, step: int) -> int:
         """Step ``step`` is being decided: the index of the policy that decides it (a new

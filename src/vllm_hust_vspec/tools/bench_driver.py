@@ -22,6 +22,7 @@ import pathlib
 from collections.abc import Sequence
 from typing import Any, TextIO
 
+from vllm_hust_vspec.adaptive.trace import is_decision
 from vllm_hust_vspec.errors import VspecError
 
 from .bench_workloads import Cell, Phase
@@ -160,8 +161,7 @@ def settle_steps(records: Sequence[dict[str, Any]]) -> int | None:
     decision that is not a scheduled probe or warm-up stays within +-1 of the K held most
     often in the cell's second half (0: settled from the first).  None without decisions
     of one adaptive policy (a fixed K, a paired run)."""
-    ds = [r for r in records if "k" in r and "policy" in r and "window" not in r
-          and "step" in r]
+    ds = [r for r in records if is_decision(r)]
     if not ds or len({r["policy"] for r in ds}) != 1 or ds[0]["policy"] == "fixed":
         return None
     held = [int(r["k"]) for r in ds if not _scheduled(r)]
@@ -188,7 +188,7 @@ def trace_mean_k(records: Sequence[dict[str, Any]]) -> float | None:
     total = 0.0
     weight = 0
     for rec in records:
-        if "k" not in rec or "policy" not in rec:
+        if not is_decision(rec):
             continue
         k = int(rec["k"])
         batch = int(rec.get("batch") or 0)

@@ -318,6 +318,7 @@ def markdown_report(runs: Sequence[Run], workload_order: Sequence[str] = ()) -> 
     load = ("" if not loads else
             f" Load average (1 min) before each server: {min(loads):.2f}-{max(loads):.2f} "
             "(after the first, the previous server's tail).")
+    settle = settle_table(runs, workload_order)
     return "\n".join([
         f"Median ratios over {len(rounds)} round(s): each cell `config / none` and "
         f"`config / best fixed K of the cell`.{load}",
@@ -332,11 +333,11 @@ def markdown_report(runs: Sequence[Run], workload_order: Sequence[str] = ()) -> 
         "",
         accept_table(cells, configs),
         "",
-    ] + ([] if not settle_table(runs) else [
+    ] + ([] if not settle else [
         "Decode steps until K settled (within +-1 of the K held most in the cell's second "
         "half, probes aside), median (min-max) over rounds; the first cell of a server is "
         "its fresh start:",
         "",
-        settle_table(runs, workload_order),
+        settle,
         "",
     ]))

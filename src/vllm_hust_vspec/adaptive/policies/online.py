@@ -31,9 +31,9 @@ Decision rule, in order:
    fresh server, nor at a load the engine has not served lately), an untimed K runs
    batch-wide for one step (two when it resumes from K = 0: the first also catches the
    drafter up and is not timed), at most one measurement every ``UNCERTAIN_SPACING``
-   decisions and of one K every ``UNCERTAIN_COOLDOWN``, none with exploration 0.  Once one K is timed there, only a K predicted within ``UNCERTAIN_MARGIN``
-   of the best, or next to the best, is measured (one the measurement could make the
-   choice).  Without it, a roofline fitted at other batch sizes prices K there by
+   decisions and of one K every ``UNCERTAIN_COOLDOWN``, none with exploration 0.  Once one
+   K is timed there, only a K predicted within ``UNCERTAIN_MARGIN`` of the best, or next to
+   the best, is measured (one the measurement could make the choice).  Without it, a roofline fitted at other batch sizes prices K there by
    extrapolation alone, and the held K is the only one the engine then times: measured on
    the CPU host, online held K = 0 at batch 4 for 538 of its 2992 decisions while K = 2..3
    ran 35% faster there.
@@ -87,7 +87,6 @@ class OnlinePolicy(Policy):
         self.probe_ptr = 0
         self.probe_rot = 0  # rotates the requests that draft a partial probe
         self._warm_order: list[int] | None = None
-        self._last_uncertain = -UNCERTAIN_SPACING  # decision index of the last measurement
         self._measured_at: dict[int, int] = {}  # K -> decision index of its last measurement
         self._measuring: int | None = None  # a resume's measurement: its second step's K
 
@@ -145,10 +144,10 @@ class OnlinePolicy(Policy):
                 ctx, self.held, self.name, "hold: no step times yet", batch_size=b
             )
         gp, costs = table
-        if ctx.exploration > 0 and n - self._last_uncertain >= UNCERTAIN_SPACING:
+        last = max(self._measured_at.values(), default=-UNCERTAIN_SPACING)
+        if ctx.exploration > 0 and n - last >= UNCERTAIN_SPACING:
             uncertain = self._uncertain(b, gp, n, ctx)
             if uncertain is not None:
-                self._last_uncertain = n
                 self._measured_at[uncertain] = n
                 if uncertain > 0 and ctx.last_k == 0:
                     # a resume from K = 0: its first step also catches the drafter up and
@@ -218,7 +217,7 @@ class OnlinePolicy(Policy):
         return self.candidates[min(open_, key=support.__getitem__)]
 
     def _exploit(self, gp: list[float], ctx: PolicyContext) -> tuple[int, str]:
-        """Rule 3: K (and the reason) from the goodput of every candidate; moves the held K."""
+        """Rule 4: K (and the reason) from the goodput of every candidate; moves the held K."""
         held = self.held
         lo = self.candidates[0]
         best_i = 0
