@@ -1,10 +1,12 @@
 """Real starts on the CPU host: ./run.sh tiny-cpu-draft serves with the plugin active,
 answers /v1/completions and /v1/chat/completions, carries the plugin flags into the
-decision trace header, is benchmarked by vllm-hust-vspec-bench serve, and stops cleanly;
+decision trace header, shows the controller on its own /metrics (checked against the
+decision trace), is benchmarked by vllm-hust-vspec-bench serve, and stops cleanly;
 a plain server command with HUST_VSPEC_ENABLED=1 works too."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
 import pathlib
@@ -162,6 +164,123 @@ def test_trace_header_equals_what_the_launcher_wrote(run_sh_server, fixtures_dir
     header = json.loads(trace.read_text().splitlines()[0])["settings"]
     for name, value in expected.items():
         assert header[name] == (pytest.approx(value) if isinstance(value, float) else value), name
+
+
+def _scrape(url: str) -> dict[tuple[str, tuple], float]:
+    """The plugin's samples on the server's /metrics: (name, labels without model_name and
+    engine) -> value."""
+    from prometheus_client.parser import text_string_to_metric_families
+    text = requests.get(url + "/metrics", timeout=10).text
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name.startswith("vllm_hust_vspec:"):
+                labels = tuple(sorted((k, v) for k, v in sample.labels.items()
+                                      if k not in ("model_name", "engine")))
+                out[(sample.name, labels)] = sample.value
+    return out
+
+
+def _buckets(values: list[int], kmax: int) -> dict[str, int]:
+    return {f"{float(b)}": sum(1 for v in values if v <= b) for b in range(kmax + 1)}
+
+
+def _hist(metrics: dict, name: str, kmax: int) -> dict[str, float]:
+    return {f"{float(b)}": metrics[(name + "_bucket", (("le", f"{float(b)}"),))]
+            for b in range(kmax + 1)}
+
+
+def test_metrics_on_the_servers_own_endpoint_match_the_trace(run_sh_server, fixtures_dir):
+    """The controller's state on the server's own /metrics (no second HTTP server): live
+    while requests run, and at rest every value equals what the decision trace says."""
+    from plugin_helpers import load_prompts, read_decisions, read_drafter_records
+
+    from vllm_hust_vspec.runtime.metric_names import METRICS
+    from vllm_hust_vspec.runtime.metrics_feed import decision_kind, goodput_estimate
+    server, trace, _ = run_sh_server
+    kmax = 3
+    prompts = load_prompts(fixtures_dir, "code")[:8] + load_prompts(fixtures_dir, "prose")[:8]
+
+    def one(prompt: str) -> int:
+        r = requests.post(server.url + "/v1/completions", timeout=300, json={
+            "model": "tiny-cpu-draft", "prompt": prompt, "max_tokens": 24, "temperature": 0,
+            "ignore_eos": True})
+        r.raise_for_status()
+        return r.json()["usage"]["completion_tokens"]
+
+    live = []
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        done = [pool.submit(one, p) for p in prompts]
+        while not all(f.done() for f in done):  # scraped while the batch runs
+            live.append(_scrape(server.url).get(("vllm_hust_vspec:k_chosen_count", ()), 0.0))
+            time.sleep(0.5)
+        assert sum(f.result() for f in done) == 24 * len(prompts)
+    assert len(live) >= 2 and live[-1] > live[0] > 0, live  # it moved during the run
+
+    _, decisions, results = read_decisions(trace)
+    deadline = time.monotonic() + 20  # the last steps' stats reach the front end
+    while True:
+        m = _scrape(server.url)
+        if m.get(("vllm_hust_vspec:k_chosen_count", ())) == len(decisions):
+            break
+        assert time.monotonic() < deadline, (m.get(("vllm_hust_vspec:k_chosen_count", ())),
+                                             len(decisions))
+        time.sleep(0.5)
+        _, decisions, results = read_decisions(trace)
+    exposed = {name for name, _ in m}
+    for metric in METRICS:  # every declared metric is on the endpoint
+        assert any(n.startswith(metric.exposed) for n in exposed), metric.exposed
+
+    ks = [d["k"] for d in decisions]
+    per_request = [v for d in decisions
+                   for v in (d["k_i"].values() if d["k_i"] else [d["k"]] * d["batch"])]
+    spreads = [max(d["k_i"].values()) - min(d["k_i"].values()) if d["k_i"] else 0
+               for d in decisions]
+    assert _hist(m, "vllm_hust_vspec:k_chosen", kmax) == _buckets(ks, kmax)
+    assert m[("vllm_hust_vspec:k_chosen_sum", ())] == sum(ks)
+    assert _hist(m, "vllm_hust_vspec:request_k", kmax) == _buckets(per_request, kmax)
+    assert _hist(m, "vllm_hust_vspec:request_k_spread", kmax) == _buckets(spreads, kmax)
+    assert len(set(per_request)) >= 2  # the run did vary K
+    kinds = dict.fromkeys(("hold", "switch", "probe", "fallback"), 0)
+    held = None
+    for d in decisions:
+        kind = decision_kind(d["reason"], d["k"], held)
+        kinds[kind] += 1
+        held = d["k"] if kind != "probe" else held
+    for kind, n in kinds.items():
+        assert m[("vllm_hust_vspec:decisions_total", (("reason", kind),))] == n, kind
+    assert kinds["probe"] > 0 and kinds["hold"] > 0
+    assert m[("vllm_hust_vspec:k0_steps_total", ())] == ks.count(0)
+    drafter = read_drafter_records(trace)
+    assert m[("vllm_hust_vspec:drafter_passes_skipped_total", ())] == sum(
+        r["skipped"] for r in drafter)
+    assert m[("vllm_hust_vspec:drafter_tokens_caught_up_total", ())] == sum(
+        r["caught_up"] for r in drafter)
+    assert m[("vllm_hust_vspec:runtime_fallbacks_total", ())] == 0
+    last = decisions[-1]
+    for pos, a in enumerate(last["est_accept"]):
+        assert m[("vllm_hust_vspec:acceptance_estimate", (("position", str(pos)),))] == \
+            pytest.approx(a)
+    assert m[("vllm_hust_vspec:batch_size", ())] == last["batch"]
+    est = [d["est_cost_ms"] for d in decisions if d["est_cost_ms"] is not None]
+    assert m[("vllm_hust_vspec:step_cost_estimated_seconds", ())] == pytest.approx(est[-1] / 1e3)
+    timed = [r["ms"] for r in results if r["ms"] is not None]
+    assert m[("vllm_hust_vspec:step_cost_measured_seconds", ())] == pytest.approx(timed[-1] / 1e3)
+    est_by_step = {d["step"]: d["est_cost_ms"] for d in decisions}
+    pairs = [(est_by_step[r["step"]], r["ms"]) for r in results
+             if r["ms"] is not None and est_by_step.get(r["step"]) is not None]
+    assert m[("vllm_hust_vspec:timed_steps_total", ())] == len(pairs) > 0
+    assert m[("vllm_hust_vspec:timed_step_cost_estimated_seconds_total", ())] == pytest.approx(
+        sum(e for e, _ in pairs) / 1e3)
+    assert m[("vllm_hust_vspec:timed_step_cost_measured_seconds_total", ())] == pytest.approx(
+        sum(t for _, t in pairs) / 1e3)
+    goodputs = [g for g in map(goodput_estimate, decisions) if g is not None]
+    assert m[("vllm_hust_vspec:goodput_estimate_tokens_per_second", ())] == pytest.approx(
+        goodputs[-1])
+    info = [labels for (name, labels), v in m.items()
+            if name == "vllm_hust_vspec:cost_table_info" and v == 1]
+    assert info == [(("cost", "online"), ("cost_model", "roofline"), ("policy", "online"),
+                     ("source", "measured while serving"))]
 
 
 def test_bench_serve_against_the_server(run_sh_server, fixtures_dir):

@@ -195,9 +195,9 @@ def test_patch_set_per_process_and_platform():
     eng = {p.spec.name for p in catalog.patches_for(("engine", "worker"), "vllm", False)}
     assert "scheduler-k" in eng and "dynamic-sd-config" not in eng
     front = {p.spec.name for p in catalog.patches_for(("frontend",), "vllm", False)}
-    assert front == {"dynamic-sd-config"}
+    assert front == {"dynamic-sd-config", "stats-decode", "stat-logger"}
     front_gpu = {p.spec.name for p in catalog.patches_for(("frontend",), "vllm", True)}
-    assert front_gpu == {"dynamic-sd-config", "capture-sizes"}
+    assert front_gpu == {"dynamic-sd-config", "capture-sizes", "stats-decode", "stat-logger"}
     assert catalog.patches_for(("frontend", "engine", "worker"), "vllm-hust", True) == ()
 
 

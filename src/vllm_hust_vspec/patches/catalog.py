@@ -28,6 +28,8 @@ from vllm_hust_vspec.patches import (
     spec_stats,
     speculative_config,
     startup_calibration,
+    stat_logger,
+    stats_decode,
     step_output,
 )
 from vllm_hust_vspec.patches.registry import Patch
@@ -36,6 +38,8 @@ from vllm_hust_vspec.patchspec import PatchSpec
 _MODULES: tuple[ModuleType, ...] = (
     speculative_config,
     capture_sizes,
+    stats_decode,
+    stat_logger,
     scheduler_k,
     spec_stats,
     step_output,

@@ -4,7 +4,10 @@ What:   wraps ``vllm.v1.core.sched.scheduler.Scheduler.update_from_output``.  Be
         host's body: the step's wall time (from the K decision in ``schedule()`` to the
         arrival of the model output: forward, verification and drafting) and each request's
         output position.  After it: the step's results go to the controller, the decision
-        trace and the recorder, and requests that finished are written out by the recorder.
+        trace and the recorder, and requests that finished are written out by the recorder;
+        where the server logs stats, the step's controller metrics join the host's
+        scheduler stats in the outputs it returns (:meth:`EngineRuntime.publish`, for
+        ``/metrics``).
 Why:    it is the one engine-core call that sees every step's output; the host's own stats
         are built only with log stats on and too late for a per-step controller.
 Remove: when vLLM offers a per-step observer hook in the scheduler.
@@ -30,9 +33,11 @@ SPEC = PatchSpec(
         Symbol("vllm.v1.core.sched.output", "SchedulerOutput.scheduled_spec_decode_tokens"),
         Symbol("vllm.v1.outputs", "ModelRunnerOutput.sampled_token_ids"),
         Symbol("vllm.v1.outputs", "ModelRunnerOutput.req_id_to_index"),
+        Symbol(_SCHED, "Scheduler.log_stats"),
+        Symbol("vllm.v1.engine", "EngineCoreOutputs.scheduler_stats"),
     ),
     process=PROCESS_ENGINE,
-    why="step wall time and per-step results for the controller, trace and recorder",
+    why="step wall time and per-step results for the controller, trace, recorder and /metrics",
     remove_when="vLLM offers a per-step observer hook in the scheduler",
 )
 
@@ -46,6 +51,8 @@ def make(original: Any) -> Any:
         if runtime is None:
             return original(self, scheduler_output, model_runner_output)
         with runtime.output_step(scheduler_output, model_runner_output):
-            return original(self, scheduler_output, model_runner_output)
+            outputs = original(self, scheduler_output, model_runner_output)
+        runtime.publish(outputs)
+        return outputs
 
     return update_from_output

@@ -45,6 +45,7 @@ from vllm_hust_vspec.runtime.controller_factory import (build_controller, check_
                                                         entry_settings, is_fixed_at)
 from vllm_hust_vspec.runtime.drafter_ledger import DrafterLedger
 from vllm_hust_vspec.runtime.gate import DecisionGate
+from vllm_hust_vspec.runtime.metrics_feed import MetricsFeed, cost_state
 from vllm_hust_vspec.runtime.outputs import RuntimeOutputs, header_meta
 from vllm_hust_vspec.runtime.rotation import Rotation
 from vllm_hust_vspec.runtime.sim_trace import SimTraceRecorder
@@ -132,7 +133,9 @@ class EngineRuntime:
         header = self.controller.trace_header(
             settings.as_dict("plugin"),
             header_meta(self.host, self.method, self.kmax, self.max_num_seqs, self.policy))
-        self.outputs = RuntimeOutputs(settings, header, self._recorder(settings))
+        # the controller's state for /metrics, where the host sends per-step stats
+        metrics = MetricsFeed() if getattr(scheduler, "log_stats", False) else None
+        self.outputs = RuntimeOutputs(settings, header, self._recorder(settings), metrics)
         # this step's requests that produced tokens: id -> (request, output position before)
         self._positions: dict[str, tuple[Any, int]] = {}
 
@@ -373,6 +376,19 @@ class EngineRuntime:
         self._positions = {}
 
     # ------------------------------------------------------------------ output
+    def publish(self, outputs: dict[int, Any]) -> None:
+        """This step's controller metrics onto the host's scheduler stats in ``outputs``
+        (what ``update_from_output`` returns), for the server's ``/metrics``."""
+        feed = self.outputs.metrics
+        if feed is None or self.k_override is not None:
+            return
+        feed.set_state(cost_state(self.controller))
+        payload = feed.drain()
+        if payload is not None:
+            from vllm_hust_vspec.runtime.stats_channel import with_payload
+
+            with_payload(outputs, payload)
+
     def _flush_records(self) -> None:
         for controller in self.controllers:
             self.outputs.records(controller.drain_records())

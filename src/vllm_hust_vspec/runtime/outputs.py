@@ -3,7 +3,7 @@ and the per-request events that listeners (tests, tools) may follow.
 
 The runtime hands over, per step, the controller's records (:meth:`RuntimeOutputs.records`)
 and what each request that produced tokens accepted (:meth:`RuntimeOutputs.step`); this
-module owns the files and the log.  Pure Python (no vLLM import).
+module owns the files, the log and the ``/metrics`` feed.  Pure Python (no vLLM import).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Any
 
 from vllm_hust_vspec import settings as settings_mod
 from vllm_hust_vspec.runtime.decision_trace import DecisionTrace, trace_path
+from vllm_hust_vspec.runtime.metrics_feed import MetricsFeed
 from vllm_hust_vspec.runtime.sim_trace import SimTraceRecorder
 
 logger = logging.getLogger("vllm_hust_vspec")
@@ -27,12 +28,13 @@ RequestListener = Callable[[Any, int, int], None]
 
 class RuntimeOutputs:
     def __init__(self, settings: settings_mod.Settings, header: dict[str, Any] | None,
-                 recorder: SimTraceRecorder | None) -> None:
+                 recorder: SimTraceRecorder | None, metrics: MetricsFeed | None = None) -> None:
         path = trace_path(settings)
         self.trace = DecisionTrace(path) if path else None
         if self.trace is not None and header is not None:
             self.trace.write(header)
         self.recorder = recorder
+        self.metrics = metrics  # the /metrics feed (None where the server logs no stats)
         self.listeners: list[RequestListener] = []
         self._log_interval = float(settings.adaptive_log_interval)
         self._last_log = time.monotonic()
@@ -43,7 +45,10 @@ class RuntimeOutputs:
         return self.recorder is not None or bool(self.listeners)
 
     def records(self, records: list[dict[str, Any]]) -> None:
-        """The controller's decision and result records, to the decision trace."""
+        """The controller's decision and result records, to the decision trace and the
+        ``/metrics`` feed."""
+        if self.metrics is not None:
+            self.metrics.records(records)
         if self.trace is not None:
             for rec in records:
                 self.trace.write(rec)
