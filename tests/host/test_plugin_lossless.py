@@ -12,6 +12,7 @@ target's distribution of the 3rd generated token (chi-square).
 from __future__ import annotations
 
 import collections
+import logging
 
 import pytest
 
@@ -114,6 +115,54 @@ def test_lossless_online_policy(fixtures_dir, baseline, prompts, tmp_path):
     _check(fixtures_dir, baseline, prompts, "draft_model", got)
     _, decisions, _ = read_decisions(trace)
     assert decisions and {d["policy"] for d in decisions} == {"online"}
+
+
+def test_a_controller_fault_mid_run_keeps_serving_lossless(fixtures_dir, baseline, prompts,
+                                                           tmp_path):
+    """A fault in the controller while serving (issue 16 item 3): the online policy's
+    ``decide`` raises from its 20th call on, in the middle of the batch-8 run.  The engine does
+    not go down: it logs the fault once with the step and the traceback, runs every later step
+    at the safe K = 0 (traced as ``fallback``), finishes both runs, and the tokens still
+    equal target-only.  The fault is injected by replacing the plugin's own policy method (no
+    part of vLLM is imitated)."""
+    trace = tmp_path / "decisions.jsonl"
+    model, spec = engine_spec(fixtures_dir, "draft_model", KMAX)
+    with plugin_env(adaptive_policy="online", adaptive_trace_file=trace):
+        llm = make_llm(model, spec)
+        try:
+            rt = runtime_of(llm)
+            decide, calls = rt.controller.policy.decide, []
+
+            def faulty(*args, **kwargs):
+                calls.append(1)
+                if len(calls) >= 20:
+                    raise ZeroDivisionError("injected")
+                return decide(*args, **kwargs)
+
+            rt.controller.policy.decide = faulty
+            records: list[logging.LogRecord] = []
+            handler = logging.Handler(logging.ERROR)
+            handler.emit = records.append  # the plugin's logger need not propagate
+            logging.getLogger("vllm_hust_vspec").addHandler(handler)
+            try:
+                got = _run(llm, prompts)
+            finally:
+                logging.getLogger("vllm_hust_vspec").removeHandler(handler)
+            fault_step = rt.fault.step
+        finally:
+            close(llm)
+    _check(fixtures_dir, baseline, prompts, "draft_model", got)
+    assert len(calls) == 20  # never called again after the fault
+    errors = [r for r in records if "controller failed at step" in r.getMessage()]
+    assert len(errors) == 1 and errors[0].exc_info[0] is ZeroDivisionError
+    assert f"at step {fault_step} (decide)" in errors[0].getMessage()
+    _, decisions, results = read_decisions(trace)
+    online = [d for d in decisions if d["policy"] == "online"]
+    fallback = [d for d in decisions if d["policy"] == "fallback"]
+    assert [d["step"] for d in online] == list(range(1, fault_step))
+    assert fallback[0]["step"] == fault_step and all(d["k"] == 0 for d in fallback)
+    assert len(fallback) > 48  # the rest of batch 8 and all of the batch-1 run
+    assert {r["step"] for r in results} >= {d["step"] for d in fallback[:-1]}
 
 
 def _third_tokens(llm, prompt: str, n: int) -> collections.Counter:

@@ -288,3 +288,77 @@ def test_a_resume_that_caught_the_drafter_up_is_not_priced_as_its_k():
                 r.num_tokens += 1
     assert [r.k_drafted for r in rt.seen] == [2, 0, 0, 2, 2]
     assert [r.wall_ms is None for r in rt.seen] == [False, False, False, True, False]
+
+
+class Boom(RuntimeError):
+    pass
+
+
+def _raise_from(step: int, original):
+    """``original`` that raises from the controller's step ``step`` on."""
+    calls = []
+
+    def wrapped(*args, **kwargs):
+        calls.append(1)
+        if len(calls) >= step:
+            raise Boom(f"injected at call {len(calls)}")
+        return original(*args, **kwargs)
+
+    return wrapped
+
+
+@pytest.mark.parametrize("where", ["decide", "observe"])
+def test_a_fault_in_the_controller_falls_back_to_k0_and_keeps_serving(where, caplog, tmp_path):
+    """An exception in the policy's decide (or in the estimators' observe) at a chosen step:
+    the runtime logs it once with the step and the traceback, decides K = 0 from then on
+    without calling the controller again, traces those steps as 'fallback', counts the
+    fault for the stats line and /metrics, and every later step still runs."""
+    from vllm_hust_vspec.runtime.metrics_feed import MetricsFeed
+    sched = scheduler(kmax=4)
+    sched.log_stats = True
+    trace = tmp_path / "decisions.jsonl"
+    rt = runtime(sched, adaptive_policy="fixed", adaptive_fixed_gamma=3,
+                 adaptive_trace_file=str(trace))
+    assert isinstance(rt.outputs.metrics, MetricsFeed)
+    if where == "decide":
+        rt.controller.policy.decide = _raise_from(5, rt.controller.policy.decide)
+    else:
+        rt.controller.acceptance.update_counts = _raise_from(
+            5, rt.controller.acceptance.update_counts)
+    drafted = dict.fromkeys(rt.scheduler.requests, 0)
+    ks = []
+    with caplog.at_level("ERROR", logger="vllm_hust_vspec"):
+        for _ in range(10):
+            k, drafted = run_step(rt, sched, drafted)
+            ks.append(k)
+            rt.publish({0: SimpleNamespace(scheduler_stats=None)})
+    # decide: the 5th decision raises, step 5 runs at K = 0; observe: the 5th verification
+    # (step 6's: step 1 verified no drafts) raises, step 7 is the first at K = 0
+    at, faulted = (5, 5) if where == "decide" else (6, 7)
+    assert ks[:faulted - 1] == [3] * (faulted - 1) and ks[faulted - 1:] == [0] * (11 - faulted)
+    assert rt.fault.tripped and rt.fault.step == at
+    errors = [r for r in caplog.records if f"controller failed at step {at}" in r.getMessage()]
+    assert len(errors) == 1 and errors[0].exc_info and errors[0].exc_info[0] is Boom
+    import json
+    recs = [json.loads(line) for line in trace.read_text().splitlines()[1:]]
+    fallback = [r for r in recs if r.get("policy") == "fallback"]
+    assert [r["step"] for r in fallback] == list(range(faulted, 11))
+    assert all(r["k"] == 0 and r["reason"].startswith("fallback k=0") for r in fallback)
+    assert rt._stats()["fallbacks"] == 1 and rt._stats()["policy"] == "fallback(k=0)"
+
+
+def test_a_fault_reaches_metrics_once():
+    from vllm_hust_vspec.runtime.metrics_feed import MetricsFeed
+    sched = scheduler(kmax=4)
+    sched.log_stats = True
+    rt = runtime(sched, adaptive_policy="fixed", adaptive_fixed_gamma=2)
+    rt.controller.policy.decide = _raise_from(3, rt.controller.policy.decide)
+    drafted = dict.fromkeys(rt.scheduler.requests, 0)
+    sent = []
+    for _ in range(6):
+        k, drafted = run_step(rt, sched, drafted)
+        sent.append(rt.outputs.metrics.drain())
+    assert isinstance(rt.outputs.metrics, MetricsFeed)
+    assert sum(p["fallbacks"] for p in sent if p) == 1
+    kinds = [sum(p["kinds"]["fallback"] for p in sent if p), sum(p["kinds"]["hold"] for p in sent if p)]
+    assert kinds == [4, 2]

@@ -1,17 +1,23 @@
 """The decision-trace file (DESIGN 3b): JSON lines, appended, flushed per line.
 
 Only the engine core (the process that owns the controller) writes it.  The records are
-built by :mod:`vllm_hust_vspec.adaptive.trace`; this module owns the file.
+built by :mod:`vllm_hust_vspec.adaptive.trace`; this module owns the file.  A file that
+cannot be opened stops the engine at start-up (with its path); one that fails while serving
+(disk full, file system gone) is a warning, logged once, and the trace stops there: serving
+goes on.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import threading
 from typing import Any
 
 from vllm_hust_vspec.settings import Settings
+
+logger = logging.getLogger("vllm_hust_vspec")
 
 
 def trace_path(settings: Settings, pid: int | None = None) -> str | None:
@@ -31,13 +37,24 @@ class DecisionTrace:
         os.makedirs(directory, exist_ok=True)
         self._file = open(path, "a", buffering=1, encoding="utf-8")  # noqa: SIM115
         self._lock = threading.Lock()
+        self.failed: OSError | None = None  # the write error that stopped the trace
 
     def write(self, record: dict[str, Any]) -> None:
+        if self.failed is not None:
+            return
         line = json.dumps(record, separators=(",", ":"))
         with self._lock:
-            self._file.write(line + "\n")
-            self._file.flush()
+            try:
+                self._file.write(line + "\n")
+                self._file.flush()
+            except OSError as exc:
+                self.failed = exc
+                logger.warning("vllm-hust-vspec: decision trace %s: write failed (%s); the "
+                               "trace stops here, serving goes on", self.path, exc)
 
     def close(self) -> None:
         with self._lock:
-            self._file.close()
+            try:
+                self._file.close()
+            except OSError:  # its buffer could not be written either: already warned
+                pass

@@ -44,7 +44,8 @@ from vllm_hust_vspec.runtime.announce import announce, patches_in_effect
 from vllm_hust_vspec.runtime.controller_factory import (build_controller, check_settings,
                                                         entry_settings, is_fixed_at)
 from vllm_hust_vspec.runtime.drafter_ledger import DrafterLedger
-from vllm_hust_vspec.runtime.gate import DecisionGate
+from vllm_hust_vspec.runtime.fault import FaultGuard
+from vllm_hust_vspec.runtime.gate import DecisionGate, decoding
 from vllm_hust_vspec.runtime.metrics_feed import MetricsFeed, cost_state
 from vllm_hust_vspec.runtime.outputs import RuntimeOutputs, header_meta
 from vllm_hust_vspec.runtime.rotation import Rotation
@@ -123,6 +124,8 @@ class EngineRuntime:
         else:
             self._controller(settings, host_table)
         self.step = 0
+        # a fault in the controller: the engine runs on at the safe K (runtime/fault.py)
+        self.fault = FaultGuard(0 if self.varies_k else self.kmax)
         self.clock = StepClock(self.kmax)
         self._verified = VerifiedCollector()
         # confidence and entropy of verified draft positions: sums and count, accepted / rejected
@@ -196,7 +199,7 @@ class EngineRuntime:
     def wants_draft_signals(self) -> bool:
         """True when this step's workers should compute draft confidences
         (``draft-confidence-request`` reads it after every ``schedule()``)."""
-        return self._wants_conf and self.k_override is None
+        return self._wants_conf and self.k_override is None and not self.fault.tripped
 
     # ------------------------------------------------------------------ decide
     def decide(self) -> int:
@@ -209,14 +212,26 @@ class EngineRuntime:
                 self.ledger.ever_skipped = True  # the workers' drafter sat this step out
             return k_host
         self.step += 1
-        if self.rotation is not None:
-            index = self.rotation.decision(self.step)
-            if self._parts[index][0] is not self.controller:
-                self._activate(index)
-        d = self.gate.decide(self.step, running)
-        self.clock.open(self.step, d.k, time.perf_counter())
-        self._flush_records()
-        return d.k_host
+        if not self.fault.tripped:
+            try:
+                if self.rotation is not None:
+                    index = self.rotation.decision(self.step)
+                    if self._parts[index][0] is not self.controller:
+                        self._activate(index)
+                d = self.gate.decide(self.step, running)
+                t = time.perf_counter()
+                self._flush_records()  # before the clock opens: a fault here opens no step
+                self.clock.open(self.step, d.k, t)
+                return d.k_host
+            except Exception:
+                self._trip("decide")
+        k = self.fault.safe_k
+        self.gate.force(None)
+        t = time.perf_counter()
+        self.clock.open(self.step, k, t)
+        self.outputs.records([self.fault.decision_record(
+            self.step, time.time(), sum(1 for r in running if decoding(r)) or len(running))])
+        return k
 
     def draft_limit(self, req_id: str) -> int | None:
         return self.gate.limit(req_id)
@@ -251,13 +266,18 @@ class EngineRuntime:
         ``confidences`` / ``entropies`` (float32 arrays (len(req_ids), K) from the workers):
         the next step's decision is made here from them and its K_i cut these drafts; the
         confidences of what is kept await verification."""
-        signals = self._wants_conf and confidences is not None
+        signals = self._wants_conf and confidences is not None and not self.fault.tripped
         if self._wants_conf:
             self._verified.drop_kept()
             if signals and self.k_override is None:
-                self.gate.decide_from_drafts(self.step + 1, req_ids, confidences, entropies,
-                                             self.scheduler.requests)
-                self._flush_records()
+                try:
+                    self.gate.decide_from_drafts(self.step + 1, req_ids, confidences,
+                                                 entropies, self.scheduler.requests)
+                    self._flush_records()
+                except Exception:
+                    self._trip("decide from the drafts")
+                    self.gate.force(None)
+                    signals = False
         if signals:  # each request's row; what the trim below keeps is what gets verified
             self._verified.keep(req_ids, confidences, entropies)
         return self.gate.trim(req_ids, drafts)
@@ -331,6 +351,30 @@ class EngineRuntime:
         # arrays; a step that verified nothing passes none, as an empty ``results``
         verified = self._verified.take()
         some = len(verified.req_ids) > 0
+        if not self.fault.tripped:
+            try:
+                self._observe(clocked, batch, verified, timed_ms, prefill)
+            except Exception:
+                self._trip("observe")
+        if self.fault.tripped:  # the fallback's own account of the step
+            self.outputs.records([self.fault.result(
+                clocked.step, batch, int(verified.drafted.sum()) if some else 0,
+                int(verified.accepted.sum()) if some else 0, timed_ms)])
+        if drafter is not None:
+            self.outputs.records([drafter])
+        if self._positions:
+            accepted = dict(zip(verified.req_ids, verified.accepted.tolist()))
+            self.outputs.step(self.scheduler, self._positions, accepted, batch,
+                              batch + int(verified.drafted.sum()), clocked.k_drafted,
+                              clocked.window_ms)
+            self._positions = {}
+        self.outputs.maybe_log(self._stats)
+
+    def _observe(self, clocked: Any, batch: int, verified: Any, timed_ms: float | None,
+                 prefill: bool) -> None:
+        """The step's results to the controller that decided it (and the paired
+        comparison's window account)."""
+        some = len(verified.req_ids) > 0
         controller = self.controller
         if self.rotation is not None:
             index = self.rotation.policy_of(clocked.step)
@@ -350,15 +394,22 @@ class EngineRuntime:
             confidences=verified.confidences,
             context_lens=verified.context_lens if some else None))
         self._flush_records()
-        if drafter is not None:
-            self.outputs.records([drafter])
-        if self._positions:
-            accepted = dict(zip(verified.req_ids, verified.accepted.tolist()))
-            self.outputs.step(self.scheduler, self._positions, accepted, batch,
-                              batch + int(verified.drafted.sum()), clocked.k_drafted,
-                              clocked.window_ms)
-            self._positions = {}
-        self.outputs.maybe_log(lambda: self.controller.stats)
+
+    def _trip(self, where: str) -> None:
+        """A controller call raised (inside ``except``): the engine falls back to its safe K."""
+        self.fault.trip(self.step, where)
+        self.rotation = None
+        if self.outputs.metrics is not None:
+            self.outputs.metrics.fallback()
+
+    def _stats(self) -> dict[str, Any]:
+        """The stats line's fields (the fallback's once the controller failed)."""
+        if not self.fault.tripped:
+            try:
+                return {**self.controller.stats, "fallbacks": 0}
+            except Exception:
+                self._trip("stats")
+        return self.fault.stats(self.step)
 
     # ------------------------------------------------------------------ forced K
     def override_k(self, override: KOverride | None) -> None:
@@ -382,7 +433,7 @@ class EngineRuntime:
         feed = self.outputs.metrics
         if feed is None or self.k_override is not None:
             return
-        feed.set_state(cost_state(self.controller))
+        feed.set_state(self.fault.state if self.fault.tripped else cost_state(self.controller))
         payload = feed.drain()
         if payload is not None:
             from vllm_hust_vspec.runtime.stats_channel import with_payload

@@ -84,9 +84,10 @@ class RuntimeOutputs:
         goodput = s.get("goodput_tok_s")
         logger.info(
             "vllm-hust-vspec stats: policy=%s steps=%d K_hist=%s mean_K=%.2f "
-            "mean_accepted_len=%.2f acceptance=%.3f goodput_est=%s tok/s",
+            "mean_accepted_len=%.2f acceptance=%.3f goodput_est=%s tok/s fallbacks=%d",
             s["policy"], s["steps"], s["k_hist"], s["mean_k"], s["mean_accepted_len"],
             s["acceptance_rate"], "n/a" if goodput is None else f"{goodput:.1f}",
+            s.get("fallbacks", 0),
         )
 
 

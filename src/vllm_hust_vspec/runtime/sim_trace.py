@@ -28,6 +28,7 @@ the file is complete whenever the engine core is killed.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import threading
@@ -36,6 +37,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from vllm_hust_vspec.adaptive.costmodel import nnls
+
+logger = logging.getLogger("vllm_hust_vspec")
 
 HEADER_BYTES = 2048  # line 1 is padded with spaces to this width (newline included)
 FORMAT = "vspec-trace"
@@ -111,6 +114,7 @@ class SimTraceRecorder:
         self._t0: float | None = None
         self._lock = threading.Lock()
         self.written = 0
+        self.failed: OSError | None = None  # the write error that stopped the recording
         directory = os.path.dirname(os.path.abspath(path))
         os.makedirs(directory, exist_ok=True)
         self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -137,13 +141,21 @@ class SimTraceRecorder:
             req = self._requests.pop(req_id, None)
             if req is None or length <= 0:
                 return
+            if self.failed is not None:
+                return
             line = json.dumps({"id": req_id, "arrival_s": round(req.arrival_s, 6),
                                "accept_len": accept_lengths(req.events, length)})
             data = (line + "\n").encode()
-            os.pwrite(self._fd, data, self._end)
-            self._end += len(data)
-            self.written += 1
-            self._write_header()
+            try:
+                os.pwrite(self._fd, data, self._end)
+                self._end += len(data)
+                self.written += 1
+                self._write_header()
+            except OSError as exc:  # while serving: a warning, the recording stops
+                self.failed = exc
+                logger.warning("vllm-hust-vspec: simulator trace %s: write failed (%s); the "
+                               "recording stops at %d requests, serving goes on",
+                               self.path, exc, self.written)
 
     def close(self) -> None:
         with self._lock:
