@@ -20,6 +20,7 @@ Errors are :class:`~.grid.CalibrationError` (a ``SettingsError``): the engine do
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -232,13 +233,24 @@ def _captures_graphs(vllm_config: Any) -> bool:
 
 
 def _write_new(path: str, table: CostTable) -> None:
+    """Write the table whole or not at all: a temporary file in the same directory, linked
+    to ``path`` (which fails if ``path`` exists), then removed; an interrupted write leaves
+    no ``path``."""
+    directory, name = os.path.split(os.path.abspath(path))
+    tmp = os.path.join(directory, f".{name}.{os.getpid()}.tmp")
     try:
-        with open(path, "x", encoding="utf-8") as fh:
+        with open(tmp, "w", encoding="utf-8") as fh:
             fh.write(json.dumps(table.to_dict(), indent=2) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.link(tmp, path)
     except FileExistsError:
         raise CalibrationError(
             f"adaptive_dspark_cost_table_output {path}: the file appeared during calibration; "
             "refusing to overwrite it") from None
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
 
 
 def _time_cap(engine_core: Any, grid: CalibrationGrid) -> float:
