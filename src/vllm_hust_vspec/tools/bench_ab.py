@@ -35,6 +35,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from vllm_hust_vspec.errors import VspecError
+from vllm_hust_vspec.fileio import write_atomic
 from vllm_hust_vspec.launcher.errors import LaunchError
 from vllm_hust_vspec.progress import Progress, format_seconds
 from vllm_hust_vspec.settings import SettingsError
@@ -434,7 +435,7 @@ def _report(plan: _Plan, runs: list[results.Run], windows: list[paired.Window],
     report = (_load_line(machine.get("load_1m_start"))
               + (results.markdown_report(runs, plan.workloads) if runs else "")
               + paired.markdown(windows) + _trace_pictures(out))
-    (out / "report.md").write_text(report, encoding="utf-8")
+    write_atomic(out / "report.md", report)
     print()
     print(report)
     print(f"report: {out / 'report.md'}")

@@ -33,6 +33,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from vllm_hust_vspec.errors import VspecError
+from vllm_hust_vspec.fileio import write_atomic
 
 from .bench_configs import BenchConfig
 from .bench_server import (Server, ServerCommand, plugin_command, resolve_base,
@@ -501,7 +502,7 @@ def run_soak(a: argparse.Namespace, extra: Sequence[str]) -> int:
     doc = {"load_1m_start": load_start, "load_1m_end": load_1m(),
            "args": {k: v for k, v in vars(a).items() if k != "command"},
            "launcher_args": list(base.launcher_args), "results": results}
-    (out / "soak.json").write_text(json.dumps(doc, indent=2) + "\n")
+    write_atomic(out / "soak.json", json.dumps(doc, indent=2) + "\n")
     print(_table(results))
     print(f"soak: {out / 'soak.json'}")
     ok = all(all(s["checks"].values()) for s in results)

@@ -48,8 +48,9 @@ import numpy as np
 from vllm_hust_vspec.adaptive.costmodel import nnls
 from vllm_hust_vspec.adaptive.profile import ProfileError, fit_profile, load_profile
 from vllm_hust_vspec.errors import VspecError
-from vllm_hust_vspec.methods import draft_forwards
+from vllm_hust_vspec.fileio import write_atomic
 from vllm_hust_vspec.launcher.errors import LaunchError
+from vllm_hust_vspec.methods import draft_forwards
 from vllm_hust_vspec.progress import Progress, format_seconds
 from vllm_hust_vspec.settings import SettingsError
 
@@ -307,14 +308,14 @@ def _finish(grid: _Grid, measured: list[dict[str, Any]]) -> int:
                          "output_lens": list(grid.output_lens), "workload": grid.a.workload,
                          "requests_per_slot": grid.a.requests_per_slot, "kmax": grid.kmax},
                 "server_command": grid.preview[grid.gammas[0]].argv[1:]}
-    (out / "measurements.json").write_text(
-        json.dumps({"manifest": manifest, "measurements": measured}, indent=1) + "\n")
+    write_atomic(out / "measurements.json",
+                 json.dumps({"manifest": manifest, "measurements": measured}, indent=1) + "\n")
     table = pick_table(measured)
     drafted = sum(m["draft_tokens"] for m in measured)
     acceptance = sum(m["accepted_tokens"] for m in measured) / drafted if drafted else None
     samples = samples_doc(measured, grid.base.method, grid.kmax, table, acceptance)
     samples_path = out / "samples.json"
-    samples_path.write_text(json.dumps(samples, indent=1) + "\n")
+    write_atomic(samples_path, json.dumps(samples, indent=1) + "\n")
     try:
         prof = fit_profile(samples, str(samples_path))
         grid.profile_path.parent.mkdir(parents=True, exist_ok=True)
