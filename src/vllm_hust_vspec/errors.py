@@ -8,9 +8,11 @@ carries ``(source, field, message)``:
 * ``message``: what is wrong.
 
 ``str()`` is one line naming the source and the field: ``"<source>: <field>: <message>"``
-(parts that are None are left out).  ``VspecError(message)`` (one argument) takes a
-finished line.  Subclasses may render the line differently (:meth:`VspecError.render`);
-the argument order stays the same everywhere.
+(parts that are None are left out; a line break inside ``source`` or ``field`` -- a key or
+file name as the user wrote it -- is shown escaped, :func:`one_line`, so the line stays one
+line).  ``VspecError(message)`` (one argument) takes a finished line.  Subclasses may render
+the line differently (:meth:`VspecError.render`); the argument order stays the same
+everywhere.
 
 A leaf: imports nothing of ours.
 """
@@ -35,8 +37,8 @@ class VspecError(Exception):
                 f"{type(self).__name__} takes (message) or (source, field, message), "
                 f"got {len(args)} arguments"
             )
-        self.source = source
-        self.field = field
+        self.source = one_line(source)
+        self.field = one_line(field)
         self.message = "" if message is None else str(message)
         super().__init__(self.render())
 
@@ -46,6 +48,15 @@ class VspecError(Exception):
 
     def __str__(self) -> str:
         return self.render()
+
+
+def one_line(part: str | None) -> str | None:
+    """``part`` with its line breaks escaped (``\\n``, ``\\r``): a key or file name as the
+    user wrote it, put into a one-line message."""
+    if part is None:
+        return None
+    part = str(part)
+    return part.replace("\r", "\\r").replace("\n", "\\n")
 
 
 class KeyedError(VspecError):

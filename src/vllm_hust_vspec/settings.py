@@ -24,7 +24,7 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from vllm_hust_vspec.checks import is_int
+from vllm_hust_vspec.checks import decimal_key, is_int
 from vllm_hust_vspec.errors import VspecError
 from vllm_hust_vspec.names import MAX_ENTROPY, POLICIES, STOP_MODES
 
@@ -263,7 +263,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("gamma", "int", None,
            "Kmax: vLLM's num_speculative_tokens, the upper bound the controller chooses K "
            "under (sizes buffers and graph captures). Default 4 (6 for mtp).", minimum=1,
-           scope="launcher", group="speculation"),
+           maximum=64, scope="launcher", group="speculation"),
     Option("prompt_lookup_min", "int", None,
            "ngram: shortest n-gram matched in the prompt (vLLM's prompt_lookup_min).",
            minimum=1, scope="launcher", group="speculation"),
@@ -287,7 +287,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("served_model_name", "str", None, "Model name the server answers to.",
            scope="host", vllm_flag="--served-model-name", group="server"),
     Option("max_num_seqs", "int", None, "Largest batch (requests per step).", minimum=1,
-           scope="host", vllm_flag="--max-num-seqs", group="server"),
+           maximum=65536, scope="host", vllm_flag="--max-num-seqs", group="server"),
     Option("max_num_batched_tokens", "int", None, "Token budget of one step.", minimum=1,
            scope="host", vllm_flag="--max-num-batched-tokens", group="server"),
     Option("max_model_len", "int", None, "Context length.", minimum=1, scope="host",
@@ -425,8 +425,12 @@ def _to_str(opt: Option, raw: Any, source: str) -> str:
         raise _fail(opt, raw, source)
     if opt.choices and raw not in opt.choices:
         raise _fail(opt, raw, source)
-    if opt.type == "path" and not raw:
+    if opt.type == "path" and not raw.strip():
         raise _fail(opt, raw, source, "empty path")
+    if opt.type == "path" and ("\n" in raw or "\r" in raw):
+        raise _fail(opt, raw, source, "a line break in a path")
+    if opt.type == "path" and "\x00" in raw:  # open() refuses it with a bare ValueError
+        raise _fail(opt, raw, source, "a NUL byte in a path")
     return raw
 
 
@@ -619,7 +623,7 @@ def check_compare(settings: Mapping[str, Any], source: str) -> None:
     flag = f"{option('adaptive_compare').cli_flag} / {option('adaptive_compare').env}"
     for entry in entries:
         name, _, arg = entry.partition(":")
-        if name == "fixed" and arg.isdigit():
+        if name == "fixed" and decimal_key(arg) is not None:
             continue
         if name in COMPARE_POLICIES and not arg:
             continue
@@ -683,7 +687,8 @@ def check_kmax(settings: Settings, kmax: int, source: str = "settings") -> None:
         )
     for entry in compare_entries(settings):
         name, _, arg = entry.partition(":")
-        if name == "fixed" and int(arg) > kmax:
+        k = decimal_key(arg)
+        if name == "fixed" and k is not None and k > kmax:
             raise SettingsError(f"{source}: adaptive_compare entry {entry!r} exceeds Kmax = {kmax}")
     for k in settings.adaptive_sweep or ():
         if k > kmax:
@@ -752,6 +757,11 @@ def _schedule_text(text: str, source: str) -> list[ScheduleEntry]:
 
 
 def _schedule_rows(rows: Iterable[Any], source: str) -> list[ScheduleEntry]:
+    try:
+        rows = list(rows)
+    except TypeError:  # neither text nor a table of rows
+        raise SettingsError(source, None, f"expected a table like {SCHEDULE_EXAMPLE} or "
+                                          f"(LO, HI, K) rows, got {rows!r}") from None
     entries: list[ScheduleEntry] = []
     for row in rows:
         if (not isinstance(row, (list, tuple)) or len(row) != 3

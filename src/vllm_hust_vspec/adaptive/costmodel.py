@@ -396,11 +396,15 @@ class CostTable:
     def load(cls, path: str | pathlib.Path) -> CostTable:
         source = str(path)
         try:
-            doc = json.loads(pathlib.Path(path).read_text())
+            doc = json.loads(pathlib.Path(path).read_text(encoding="utf-8"))
         except OSError as exc:
             raise CostTableError(source, "<file>", f"cannot read: {exc.strerror}") from None
         except json.JSONDecodeError as exc:
             raise CostTableError(source, "<json>", f"invalid JSON at line {exc.lineno}: {exc.msg}") from None
+        except UnicodeDecodeError as exc:
+            raise CostTableError(source, "<file>", checks.not_utf8(exc)) from None
+        except checks.PARSER_LIMITS as exc:
+            raise CostTableError(source, "<json>", f"invalid JSON: {checks.parser_limit(exc)}") from None
         return cls.from_dict(doc, source=source)
 
     @classmethod
@@ -542,10 +546,11 @@ def _bucket_map(values: Any, name: str, source: str | None, positive: bool) -> d
                    error=CostTableError)
     out: dict[int, float] = {}
     for key, value in values.items():
-        if not (isinstance(key, str) and key.isdigit() and int(key) >= 1):
+        bucket = checks.decimal_key(key)
+        if bucket is None or bucket < 1:
             raise CostTableError(source, f"{name}.{key}", "bucket keys must be positive integers")
         number = _nonneg(value, f"{name}.{key}", source)
         if positive and number <= 0:
             raise CostTableError(source, f"{name}.{key}", f"must be > 0, got {value!r}")
-        out[int(key)] = number
+        out[bucket] = number
     return out

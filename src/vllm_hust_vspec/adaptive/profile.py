@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from vllm_hust_vspec.checks import is_int, is_number
+from vllm_hust_vspec.checks import PARSER_LIMITS, decimal_key, is_int, is_number, not_utf8, parser_limit
 from vllm_hust_vspec.errors import KeyedError
 
 from .costmodel import nnls
@@ -177,7 +177,7 @@ def profile_from_dict(doc: Any, source: str = "<profile>") -> Profile:
         raise ProfileError(f"profile {source}: unsupported schema_version {version!r} (reads 1 and 2)")
     unknown = sorted(set(doc) - _PROFILE_KEYS)
     if unknown:
-        raise ProfileError(f"profile {source}: unknown key '{unknown[0]}' (known: {sorted(_PROFILE_KEYS)})")
+        raise ProfileError(f"profile {source}: unknown key {unknown[0]!r} (known: {sorted(_PROFILE_KEYS)})")
     if version == SCHEMA_VERSION and doc.get("format") != PROFILE_FORMAT:
         raise ProfileError(f"profile {source}", "format", f"must be {PROFILE_FORMAT!r} in schema_version 2")
     if version == LEGACY_SCHEMA_VERSION and "max_speculative_tokens" not in doc:
@@ -201,7 +201,7 @@ def _coefficients(obj: Any, comp: str, source: str, legacy: bool) -> LatencyMode
     allowed = {n for group in names.values() for n in group}
     unknown = sorted(set(obj) - allowed)
     if unknown:
-        raise ProfileError(f"profile {source}: unknown key '{comp}.{unknown[0]}' (known: {sorted(allowed)})")
+        raise ProfileError(f"profile {source}: unknown key {comp + '.' + unknown[0]!r} (known: {sorted(allowed)})")
     values = {}
     for canonical, spellings in names.items():
         present = [s for s in spellings if s in obj]
@@ -241,11 +241,12 @@ def _pass_through(doc: Mapping[str, Any], where: str) -> dict[str, Any]:
             raise ProfileError(where, "per_gamma_overhead_ms", "must be an object K -> ms")
         parsed: dict[int, float] = {}
         for key, value in over.items():
-            if not (isinstance(key, str) and key.isdigit()):
+            k = decimal_key(key)
+            if k is None:
                 raise ProfileError(where, f"per_gamma_overhead_ms.{key}", "must be a non-negative integer K")
             if not is_number(value) or value < 0:
                 raise ProfileError(where, f"per_gamma_overhead_ms.{key}", f"must be a number >= 0, got {value!r}")
-            parsed[int(key)] = float(value)
+            parsed[k] = float(value)
         out["per_gamma_overhead_ms"] = parsed
     policy = doc.get("batch_gamma_policy")
     if policy is not None:
@@ -253,13 +254,14 @@ def _pass_through(doc: Mapping[str, Any], where: str) -> dict[str, Any]:
             raise ProfileError(where, "batch_gamma_policy", "must be an object batch size -> K")
         parsed_p: dict[int, int] = {}
         for key, value in policy.items():
-            if not (isinstance(key, str) and key.isdigit() and int(key) >= 1):
+            b = decimal_key(key)
+            if b is None or b < 1:
                 raise ProfileError(where, f"batch_gamma_policy.{key}", "must be a positive integer batch size")
             if not is_int(value) or value < 0 or (kmax is not None and value > kmax):
                 raise ProfileError(
                     f"{where}: key 'batch_gamma_policy.{key}' = {value!r} must be an integer in 0..max_speculative_tokens"
                 )
-            parsed_p[int(key)] = value
+            parsed_p[b] = value
         out["batch_gamma_policy"] = parsed_p
     return out
 
@@ -312,7 +314,7 @@ def fit_profile(samples_doc: Any, source: str = "<samples>") -> Profile:
         raise ProfileError(f"samples {source}: the root must be a JSON object")
     unknown = sorted(set(samples_doc) - _SAMPLES_KEYS)
     if unknown:
-        raise ProfileError(f"samples {source}: unknown key '{unknown[0]}' (known: {sorted(_SAMPLES_KEYS)})")
+        raise ProfileError(f"samples {source}: unknown key {unknown[0]!r} (known: {sorted(_SAMPLES_KEYS)})")
     models = {}
     fit: dict[str, Any] = {}
     for comp in COMPONENTS:
@@ -355,11 +357,15 @@ def samples_from_cost(
 
 def _read_json(path: str | pathlib.Path, what: str) -> Any:
     try:
-        return json.loads(pathlib.Path(path).read_text())
+        return json.loads(pathlib.Path(path).read_text(encoding="utf-8"))
     except OSError as exc:
         raise ProfileError(f"{what} {path}: cannot read: {exc.strerror}") from None
     except json.JSONDecodeError as exc:
         raise ProfileError(f"{what} {path}: invalid JSON at line {exc.lineno}: {exc.msg}") from None
+    except UnicodeDecodeError as exc:
+        raise ProfileError(f"{what} {path}: {not_utf8(exc)}") from None
+    except PARSER_LIMITS as exc:
+        raise ProfileError(f"{what} {path}: invalid JSON: {parser_limit(exc)}") from None
 
 
 def load_samples(path: str | pathlib.Path) -> Any:

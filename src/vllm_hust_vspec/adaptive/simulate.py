@@ -176,6 +176,8 @@ def read_trace(path: str | pathlib.Path) -> Trace:
             return parse_trace(fh, source)
     except OSError as exc:
         raise TraceError(f"{source}: cannot read trace: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise TraceError(f"{source}: cannot read trace: {checks.not_utf8(exc, offset=False)}") from None
 
 
 def parse_trace(lines: Iterable[str], source: str = "<trace>") -> Trace:
@@ -190,6 +192,8 @@ def parse_trace(lines: Iterable[str], source: str = "<trace>") -> Trace:
             obj = json.loads(raw)
         except json.JSONDecodeError as exc:
             raise TraceError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+        except checks.PARSER_LIMITS as exc:
+            raise TraceError(f"{where}: not valid JSON ({checks.parser_limit(exc)})") from None
         if not isinstance(obj, dict):
             raise TraceError(f"{where}: each line must be a JSON object")
         if header is None:
@@ -220,7 +224,7 @@ def _check_keys(obj: Mapping[str, Any], where: str, kind: str, known: set[str],
     """Refuse unknown keys and missing required keys of a header or request line."""
     unknown = sorted(set(obj) - known)
     if unknown:
-        raise TraceError(f"{where}: unknown {kind} key '{unknown[0]}' (known: {sorted(known)})")
+        raise TraceError(f"{where}: unknown {kind} key {unknown[0]!r} (known: {sorted(known)})")
     for key in required:
         if key not in obj:
             raise TraceError(f"{where}: {kind} key '{key}' is missing")
@@ -241,7 +245,7 @@ def _parse_header(obj: Mapping[str, Any], where: str) -> TraceHeader:
     cwhere = f"{where}: header 'cost'"
     unknown = sorted(set(cost) - set(COST_KEYS))
     if unknown:
-        raise TraceError(f"{cwhere}: unknown key '{unknown[0]}' (known: {list(COST_KEYS)})")
+        raise TraceError(f"{cwhere}: unknown key {unknown[0]!r} (known: {list(COST_KEYS)})")
     missing = [k for k in COST_KEYS if k not in cost]
     if missing:
         raise TraceError(f"{cwhere}: key '{missing[0]}' is missing")
@@ -261,7 +265,7 @@ def _matrix(value: Any, key: str, where: str, n: int, kmax: int) -> np.ndarray:
         raise TraceError(f"{where}: key '{key}' must be a list of {n} rows (one per accept_len entry)")
     try:
         arr = np.array(value, dtype=float)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: an int past float range
         raise TraceError(f"{where}: key '{key}' must hold lists of {kmax} numbers") from None
     if arr.shape != (n, kmax):
         raise TraceError(f"{where}: key '{key}' must have shape [{n}][{kmax}] (kmax={kmax}), got {list(arr.shape)}")

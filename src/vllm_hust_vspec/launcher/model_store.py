@@ -18,7 +18,7 @@ import pathlib
 import tomllib
 from collections.abc import Mapping
 
-from vllm_hust_vspec import settings
+from vllm_hust_vspec import checks, settings
 from vllm_hust_vspec.launcher.errors import LaunchError
 
 TARGET_ENV = "HUST_VSPEC_TARGET_MODEL"
@@ -51,24 +51,34 @@ def env_names(role: str, method: str) -> tuple[str, ...]:
     return (DRAFT_ENV,)
 
 
+def _expand(path: str) -> pathlib.Path:
+    """``~`` and ``~user`` expanded; an unknown user's ``~name`` is left as written
+    (``pathlib.Path.expanduser`` raises RuntimeError for it)."""
+    return pathlib.Path(os.path.expanduser(path))
+
+
 def load_registry(path: str) -> dict[str, str]:
     """``name -> absolute path`` from a JSON or TOML file (a flat table of strings)."""
-    p = pathlib.Path(path).expanduser()
+    p = _expand(path)
     try:
         text = p.read_text(encoding="utf-8")
     except OSError:
         raise LaunchError(f"{p}: model registry not found or unreadable") from None
+    except UnicodeDecodeError as exc:
+        raise LaunchError(f"{p}: malformed model registry: {checks.not_utf8(exc)}") from None
     try:
         data = json.loads(text) if p.suffix == ".json" else tomllib.loads(text)
     except (json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
         raise LaunchError(f"{p}: malformed model registry: {exc}") from None
+    except checks.PARSER_LIMITS as exc:
+        raise LaunchError(f"{p}: malformed model registry: {checks.parser_limit(exc)}") from None
     if not isinstance(data, dict):
         raise LaunchError(f"{p}: model registry must map names to paths")
     out = {}
     for name, target in data.items():
         if not isinstance(target, str) or not target:
             raise LaunchError(f"{p}: model registry entry {name!r}: expected a path string")
-        t = pathlib.Path(target).expanduser()
+        t = _expand(target)
         out[name] = str(t if t.is_absolute() else (p.parent / t))
     return out
 
@@ -89,7 +99,7 @@ class ModelStore:
     def resolve(self, value: str) -> tuple[str, tuple[str, ...]]:
         """``(path, places tried)``; does not check that the path exists."""
         if not is_bare_name(value):
-            return str(pathlib.Path(value).expanduser()), (value,)
+            return str(_expand(value)), (value,)
         tried = []
         if self.registry_path:
             tried.append(f"registry {self.registry_path}")
@@ -97,7 +107,7 @@ class ModelStore:
             if hit:
                 return hit, tuple(tried)
         if self.model_dir:
-            candidate = str(pathlib.Path(self.model_dir).expanduser() / value)
+            candidate = str(_expand(self.model_dir) / value)
             tried.append(candidate)
             return candidate, tuple(tried)
         return value, tuple(tried)

@@ -43,6 +43,8 @@ class _Parser(argparse.ArgumentParser):
     """argparse with a one-line error (``PROG: error: ...``) and exit status 2."""
 
     def error(self, message: str) -> NoReturn:
+        # one line, whatever the arguments hold (a line break in one is shown escaped)
+        message = message.replace("\r", "\\r").replace("\n", "\\n")
         sys.stderr.write(f"{self.prog}: error: {message} (see --help)\n")
         sys.exit(2)
 

@@ -209,7 +209,7 @@ def load_grid(
                               max_num_seqs=max_num_seqs)
     source = str(path)
     try:
-        text = pathlib.Path(path).read_text()
+        text = pathlib.Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise CalibrationError(source, "<file>", f"cannot read: {exc.strerror}") from None
     except UnicodeDecodeError:
@@ -218,6 +218,8 @@ def load_grid(
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
         raise CalibrationError(source, "<json>", f"invalid JSON at line {exc.lineno}: {exc.msg}") from None
+    except checks.PARSER_LIMITS as exc:
+        raise CalibrationError(source, "<json>", f"invalid JSON: {checks.parser_limit(exc)}") from None
     return grid_from_dict(doc, source=source, draft_width=draft_width, max_model_len=max_model_len,
                           graph_buckets=graph_buckets, max_num_seqs=max_num_seqs)
 

@@ -27,6 +27,7 @@ import json
 import pathlib
 from collections.abc import Sequence
 
+from vllm_hust_vspec import checks
 from vllm_hust_vspec.errors import VspecError
 from vllm_hust_vspec.settings import SettingsError, parse_schedule
 
@@ -174,15 +175,22 @@ def load_native_table(spec: str) -> NativeTable:
         except json.JSONDecodeError as exc:
             raise ConfigError(f"--native-table {spec}: invalid JSON at line {exc.lineno}: "
                               f"{exc.msg}") from None
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"--native-table {spec}: {checks.not_utf8(exc)}") from None
+        except checks.PARSER_LIMITS as exc:
+            raise ConfigError(f"--native-table {spec}: invalid JSON: "
+                              f"{checks.parser_limit(exc)}") from None
         policy = doc.get("batch_gamma_policy") if isinstance(doc, dict) else None
         if not isinstance(policy, dict):
             raise ConfigError(f"--native-table {spec}: key 'batch_gamma_policy' is missing "
                               "(write one with vllm-hust-vspec-profile)")
-        try:
-            parsed = {int(b): int(k) for b, k in policy.items()}
-        except (TypeError, ValueError):
-            raise ConfigError(f"--native-table {spec}: batch_gamma_policy must map batch "
-                              "sizes to integers") from None
+        parsed: dict[int, int] = {}
+        for b, k in policy.items():
+            batch = checks.decimal_key(b)
+            if batch is None or not checks.is_int(k):
+                raise ConfigError(f"--native-table {spec}: batch_gamma_policy must map batch "
+                                  f"sizes to integers, got {b!r}: {k!r}")
+            parsed[batch] = k
         return table_from_policy(parsed, f"--native-table {spec}")
     return table_from_text(spec, f"--native-table {spec!r}")
 

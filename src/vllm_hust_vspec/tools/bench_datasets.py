@@ -24,6 +24,8 @@ import io
 import json
 import pathlib
 
+from vllm_hust_vspec import checks
+
 from .bench_workloads import Prompt, WorkloadError, jsonl_records
 
 KINDS = ("custom", "sharegpt", "random")
@@ -58,8 +60,14 @@ def _check_file(kind: str, path: pathlib.Path, spec: str) -> bool:
         return own
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise WorkloadError(f"{path}: cannot read: {exc.strerror}") from None
     except json.JSONDecodeError as exc:
         raise WorkloadError(f"{path}: invalid JSON at line {exc.lineno}: {exc.msg}") from None
+    except UnicodeDecodeError as exc:
+        raise WorkloadError(f"{path}: {checks.not_utf8(exc)}") from None
+    except checks.PARSER_LIMITS as exc:
+        raise WorkloadError(f"{path}: invalid JSON: {checks.parser_limit(exc)}") from None
     if not isinstance(doc, list) or not any(
             isinstance(e, dict) and isinstance(e.get("conversations"), list)
             and len(e["conversations"]) >= 2 for e in doc):

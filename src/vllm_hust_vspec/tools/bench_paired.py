@@ -19,11 +19,11 @@ inside a round and summarised over rounds:
 from __future__ import annotations
 
 import dataclasses
-import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from vllm_hust_vspec import checks
 from vllm_hust_vspec.errors import VspecError
 
 WINDOW_KEYS = ("workload", "concurrency", "phase", "server_round", "window", "round", "policy",
@@ -81,7 +81,7 @@ def window_from_dict(rec: Any, where: str) -> Window:
         raise PairedError(f"{where}: key '{missing[0]}' is missing")
     extra = sorted(set(rec) - set(WINDOW_KEYS))
     if extra:
-        raise PairedError(f"{where}: unknown key '{extra[0]}'")
+        raise PairedError(f"{where}: unknown key {extra[0]!r}")
     for key in ("phase", "server_round", "window", "round", "steps", "tokens"):
         v = rec[key]
         if isinstance(v, bool) or not isinstance(v, int) or v < 0:
@@ -90,7 +90,7 @@ def window_from_dict(rec: Any, where: str) -> Window:
         v = rec.get(key)
         if key == "load_1m" and v is None:
             continue
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+        if not checks.is_number(v) or v < 0:
             raise PairedError(f"{where}: key '{key}' must be a finite number >= 0, got {v!r}")
     if not isinstance(rec["policy"], str) or not rec["policy"]:
         raise PairedError(f"{where}: key 'policy' must be a non-empty string")

@@ -24,12 +24,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import pathlib
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from vllm_hust_vspec import checks
 from vllm_hust_vspec.errors import VspecError
 
 POLICIES = ("none", "fixed", "native_table", "online", "budget", "plugin_fixed")
@@ -73,7 +73,7 @@ class Run:
 
 def _number(rec: Mapping[str, Any], key: str, where: str) -> float:
     v = rec[key]
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+    if not checks.is_number(v) or v < 0:
         raise ResultsError(f"{where}: key '{key}' must be a finite number >= 0, got {v!r}")
     return float(v)
 
@@ -86,7 +86,7 @@ def run_from_dict(rec: Any, where: str) -> Run:
         raise ResultsError(f"{where}: key '{missing[0]}' is missing")
     extra = sorted(set(rec) - set(RUN_KEYS) - set(OPTIONAL_RUN_KEYS))
     if extra:
-        raise ResultsError(f"{where}: unknown key '{extra[0]}' (known: "
+        raise ResultsError(f"{where}: unknown key {extra[0]!r} (known: "
                            f"{', '.join(RUN_KEYS + OPTIONAL_RUN_KEYS)})")
     if not isinstance(rec["config"], str) or not rec["config"]:
         raise ResultsError(f"{where}: key 'config' must be a non-empty string")
@@ -124,7 +124,7 @@ def validate_results(doc: Any, source: str = "results") -> list[Run]:
             raise ResultsError(f"{source}: key '{key}' is missing")
     extra = sorted(set(doc) - set(TOP_KEYS) - set(OPTIONAL_TOP_KEYS))
     if extra:
-        raise ResultsError(f"{source}: unknown key '{extra[0]}' (known: "
+        raise ResultsError(f"{source}: unknown key {extra[0]!r} (known: "
                            f"{', '.join(TOP_KEYS + OPTIONAL_TOP_KEYS)})")
     if not isinstance(doc["command"], str):
         raise ResultsError(f"{source}: key 'command' must be a string")
@@ -169,6 +169,10 @@ def load_results(path: pathlib.Path) -> tuple[dict[str, Any], list[Run]]:
         raise ResultsError(f"{path}: cannot read: {exc.strerror}") from None
     except json.JSONDecodeError as exc:
         raise ResultsError(f"{path}: invalid JSON at line {exc.lineno}: {exc.msg}") from None
+    except UnicodeDecodeError as exc:
+        raise ResultsError(f"{path}: {checks.not_utf8(exc)}") from None
+    except checks.PARSER_LIMITS as exc:
+        raise ResultsError(f"{path}: invalid JSON: {checks.parser_limit(exc)}") from None
     return doc, validate_results(doc, str(path))
 
 

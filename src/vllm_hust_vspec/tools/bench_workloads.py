@@ -29,6 +29,7 @@ import pathlib
 import random
 from collections.abc import Mapping, Sequence
 
+from vllm_hust_vspec import checks
 from vllm_hust_vspec.errors import VspecError
 
 WORKLOADS = ("code", "hard", "mixed", "shifting", "swing", "dataset")
@@ -101,13 +102,21 @@ def jsonl_records(path: pathlib.Path) -> list[tuple[int, dict]]:
     """``(line number, object)`` of every non-blank line of a JSON-lines file; a line that
     is not a JSON object is one :class:`WorkloadError` naming the file and line."""
     out = []
-    for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise WorkloadError(f"{path}: cannot read: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise WorkloadError(f"{path}: {checks.not_utf8(exc)}") from None
+    for i, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         try:
             rec = json.loads(line)
         except json.JSONDecodeError as exc:
             raise WorkloadError(f"{path}:{i}: invalid JSON: {exc.msg}") from None
+        except checks.PARSER_LIMITS as exc:
+            raise WorkloadError(f"{path}:{i}: invalid JSON: {checks.parser_limit(exc)}") from None
         if not isinstance(rec, dict):
             raise WorkloadError(f"{path}:{i}: expected a JSON object")
         out.append((i, rec))

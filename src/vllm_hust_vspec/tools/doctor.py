@@ -21,6 +21,7 @@ import email.parser
 
 import importlib.metadata
 import json
+import os
 import pathlib
 import re
 import subprocess
@@ -97,7 +98,7 @@ class HostTree:
 
 def package_dir(given: str, package: str, flag: str) -> pathlib.Path:
     """Accept the package directory itself or a project/site-packages dir holding it."""
-    path = pathlib.Path(given).expanduser()
+    path = pathlib.Path(os.path.expanduser(given))  # "~nobody/x" stays as written
     if not path.is_dir():
         raise UsageError(f"{flag} {given}: no such directory")
     path = path.resolve()

@@ -25,6 +25,7 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
+from vllm_hust_vspec import checks
 from vllm_hust_vspec.adaptive.trace import TRACE_NAME, is_decision, is_result
 from vllm_hust_vspec.errors import VspecError
 
@@ -54,31 +55,89 @@ def load(path: str | pathlib.Path) -> Trace:
         lines = path.read_text(encoding="utf-8").splitlines()
     except OSError as exc:
         raise TracePictureError(str(path), None, f"cannot read: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise TracePictureError(str(path), None, checks.not_utf8(exc)) from None
     for n, line in enumerate(lines, 1):
         if not line.strip():
             continue
+        where = f"{path}:{n}"
         try:
             rec = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise TracePictureError(f"{path}:{n}", None, f"not JSON ({exc.msg})") from None
+            raise TracePictureError(where, None, f"not JSON ({exc.msg})") from None
+        except checks.PARSER_LIMITS as exc:
+            raise TracePictureError(where, None, f"not JSON ({checks.parser_limit(exc)})") from None
         if not isinstance(rec, dict):
-            raise TracePictureError(f"{path}:{n}", None, "not a JSON object")
+            raise TracePictureError(where, None, "not a JSON object")
         if rec.get("trace") == TRACE_NAME:
             headers.append(rec)
         elif is_decision(rec):
-            decisions.append(rec)
+            decisions.append(_checked(rec, where, _DECISION_FIELDS))
         elif is_result(rec):
-            results.append(rec)
+            results.append(_checked(rec, where, _RESULT_FIELDS))
         elif isinstance(rec.get("drafter"), dict):
+            _checked(rec["drafter"], where, _DRAFTER_FIELDS, prefix="drafter.")
             drafter.append(rec)
         elif "window" in rec:
-            windows.append(rec)
+            windows.append(_checked(rec, where, _WINDOW_FIELDS))
         else:
             raise TracePictureError(f"{path}:{n}", None, "neither a header, a decision, a "
                                     "result, a drafter nor a window record")
     if not headers:
         raise TracePictureError(str(path), None, f"no {TRACE_NAME!r} header: not a decision trace")
     return Trace(path, headers, decisions, results, drafter, windows)
+
+
+# The fields the summary and the picture read, per record kind: (key, kind, required).
+# int: an integer in [0, 2**53] (``step``: any sign), so that sums and means stay floats;
+# num: a finite number; int_map: an object of such integers (``k_i``); nums: a list of
+# numbers; nums_or_null: a list of numbers or nulls; any: present, any value.
+_MAX_INT = 2**53
+_DECISION_FIELDS = (("step", "step", True), ("k", "int", True), ("batch", "int", True),
+                    ("k_i", "int_map", False), ("est_accept", "nums", False),
+                    ("est_cost_ms", "num", False), ("est_costs", "nums_or_null", False),
+                    ("est_goodput", "nums_or_null", False))
+_RESULT_FIELDS = (("step", "step", True), ("drafted", "int", True), ("accepted", "int", True),
+                  ("ms", "num", False))
+_DRAFTER_FIELDS = (("skipped", "int", True), ("caught_up", "int", True))
+_WINDOW_FIELDS = (("policy", "any", True), ("tokens", "int", True), ("ms", "num", True))
+
+
+def _checked(rec: dict[str, Any], where: str, fields: Sequence[tuple[str, str, bool]],
+             prefix: str = "") -> dict[str, Any]:
+    """``rec`` when every field the summary reads has its type (null allowed where the
+    field is optional); else one :class:`TracePictureError` naming the line and the key."""
+    for key, kind, required in fields:
+        name = prefix + key
+        if key not in rec:
+            if required:
+                raise TracePictureError(where, name, "missing")
+            continue
+        value = rec[key]
+        if value is None and not required:
+            continue
+        if kind == "any":
+            continue
+        if kind == "step":
+            checks.integer(value, where, name, minimum=-_MAX_INT, maximum=_MAX_INT,
+                           error=TracePictureError)
+        elif kind == "int":
+            checks.integer(value, where, name, minimum=0, maximum=_MAX_INT, error=TracePictureError)
+        elif kind == "num":
+            checks.number(value, where, name, error=TracePictureError)
+        elif kind == "int_map":
+            checks.mapping(value, where, name, error=TracePictureError)
+            for sub, v in value.items():
+                checks.integer(v, where, f"{name}.{sub}", minimum=0, maximum=_MAX_INT,
+                               error=TracePictureError)
+        else:
+            if not isinstance(value, list):
+                raise TracePictureError(where, name, f"must be a list of numbers, got {value!r}")
+            for i, v in enumerate(value):
+                if v is None and kind == "nums_or_null":
+                    continue
+                checks.number(v, where, f"{name}[{i}]", error=TracePictureError)
+    return rec
 
 
 # --------------------------------------------------------------------------- figures
