@@ -30,6 +30,7 @@ import numpy as np
 
 from vllm_hust_vspec import checks
 from vllm_hust_vspec.errors import VspecError
+from vllm_hust_vspec.fileio import write_atomic
 
 TABLE_FORMAT = "vspec-cost-table"
 TABLE_VERSION = 1
@@ -390,7 +391,7 @@ class CostTable:
         return doc
 
     def save(self, path: str | pathlib.Path) -> None:
-        pathlib.Path(path).write_text(json.dumps(self.to_dict(), indent=2, sort_keys=False) + "\n")
+        write_atomic(path, json.dumps(self.to_dict(), indent=2, sort_keys=False) + "\n")
 
     @classmethod
     def load(cls, path: str | pathlib.Path) -> CostTable:

@@ -33,6 +33,7 @@ import numpy as np
 
 from vllm_hust_vspec.checks import PARSER_LIMITS, decimal_key, is_int, is_number, not_utf8, parser_limit
 from vllm_hust_vspec.errors import KeyedError
+from vllm_hust_vspec.fileio import write_atomic
 
 from .costmodel import nnls
 
@@ -158,7 +159,7 @@ class Profile:
         return doc
 
     def save(self, path: str | pathlib.Path) -> None:
-        pathlib.Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+        write_atomic(path, json.dumps(self.to_dict(), indent=2) + "\n")
 
 
 # --------------------------------------------------------------------------- loading

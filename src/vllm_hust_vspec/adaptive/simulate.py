@@ -40,6 +40,8 @@ from typing import Any
 
 import numpy as np
 
+from vllm_hust_vspec.fileio import write_atomic
+
 from .. import checks
 from ..errors import KeyedError
 from .observations import BatchView, StepResult, ki_array
@@ -296,10 +298,9 @@ def _parse_request(obj: Mapping[str, Any], where: str, kmax: int) -> TraceReques
 
 
 def write_trace(trace: Trace, path: str | pathlib.Path, decimals: int = 4) -> None:
-    with open(path, "w", encoding="utf-8") as fh:
-        fh.write(json.dumps(trace.header.to_dict(), separators=(",", ":")) + "\n")
-        for req in trace.requests:
-            fh.write(json.dumps(req.to_dict(decimals), separators=(",", ":")) + "\n")
+    lines = [json.dumps(trace.header.to_dict(), separators=(",", ":"))]
+    lines += [json.dumps(req.to_dict(decimals), separators=(",", ":")) for req in trace.requests]
+    write_atomic(path, "\n".join(lines) + "\n")
 
 
 # --------------------------------------------------------------------------- engine
