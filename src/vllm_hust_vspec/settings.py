@@ -238,6 +238,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("adaptive_log_interval", "float", 10.0,
            "Seconds between the controller's summary log lines (0 = off).", minimum=0.0,
            group="observability"),
+    Option("adaptive_inject_fault", "int", 0,
+           "Fault drill: the controller raises at this decision step (0 = never), so that "
+           "the fallback to the safe K, its log line and its metrics can be seen on a real "
+           "server; outputs stay lossless.", minimum=0, group="observability"),
     # ---- speculation (launcher scope: becomes vLLM's --speculative-config) -----------
     Option("method", "str", "draft_model",
            "Speculative method (aliases: draft = draft_model; the host's MTP model types, "

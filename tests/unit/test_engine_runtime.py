@@ -362,3 +362,18 @@ def test_a_fault_reaches_metrics_once():
     assert sum(p["fallbacks"] for p in sent if p) == 1
     kinds = [sum(p["kinds"]["fallback"] for p in sent if p), sum(p["kinds"]["hold"] for p in sent if p)]
     assert kinds == [4, 2]
+
+
+def test_a_fault_drill_trips_the_fallback_at_its_step():
+    """adaptive_inject_fault = 3: the third decision raises inside the guard; from it on the
+    engine runs at K = 0 and the stats line counts one fallback."""
+    sched = scheduler(kmax=4)
+    rt = runtime(sched, adaptive_policy="fixed", adaptive_fixed_gamma=2, adaptive_inject_fault=3)
+    drafted = dict.fromkeys(rt.scheduler.requests, 0)
+    ks = []
+    for _ in range(5):
+        k, drafted = run_step(rt, sched, drafted)
+        ks.append(k)
+    assert ks == [2, 2, 0, 0, 0]
+    assert rt.fault.step == 3 and "adaptive_inject_fault" not in rt.fault.reason
+    assert rt._stats()["fallbacks"] == 1

@@ -126,6 +126,7 @@ class EngineRuntime:
         self.step = 0
         # a fault in the controller: the engine runs on at the safe K (runtime/fault.py)
         self.fault = FaultGuard(0 if self.varies_k else self.kmax)
+        self._inject_at = int(settings.adaptive_inject_fault)  # a fault drill's step (0: none)
         self.clock = StepClock(self.kmax)
         self._verified = VerifiedCollector()
         # confidence and entropy of verified draft positions: sums and count, accepted / rejected
@@ -214,6 +215,9 @@ class EngineRuntime:
         self.step += 1
         if not self.fault.tripped:
             try:
+                if self.step == self._inject_at:
+                    raise RuntimeError(f"fault injected at step {self.step} "
+                                       "(adaptive_inject_fault)")
                 if self.rotation is not None:
                     index = self.rotation.decision(self.step)
                     if self._parts[index][0] is not self.controller:

@@ -15,7 +15,9 @@ token closer than ``NEAR_TIE``), every cancelled request's partial text is a pre
 no request lost (an error or no end), none answered twice (two finish reasons); vLLM's
 running and waiting counts back at 0 at the end; vLLM's preemption count > 0; the engine
 core's RSS at the end within ``--rss-tolerance`` of its value after warm-up (the first
-quarter of the traffic); the worker's is reported beside it.  The summary
+quarter of the traffic); the worker's is reported beside it.  ``--inject-fault-at STEP`` runs
+a fault drill on every plugin server (the controller raises at that step): the server must
+fall back to its safe K (one fallback on ``/metrics``) and pass every check above.  The summary
 (``soak.json`` and a table) says each; the exit status is 1 when any check fails.
 """
 
@@ -113,6 +115,10 @@ def add_soak_args(p: argparse.ArgumentParser) -> None:
                    help="directory of *.jsonl prompt sets (default: the fixtures' prompts)")
     p.add_argument("--rss-tolerance", type=float, default=0.10,
                    help="engine-core RSS growth allowed after warm-up (default 0.10)")
+    p.add_argument("--inject-fault-at", type=int, default=0, metavar="STEP",
+                   help="fault drill on every plugin server: the controller raises at this "
+                        "decision step (--adaptive-inject-fault); the server must fall back "
+                        "and keep every token exact (default 0: none)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--output-dir", default="soak-results")
     p.add_argument("--startup-timeout", type=float, default=900.0)
@@ -132,6 +138,8 @@ def _check_args(a: argparse.Namespace) -> None:
                         "(--kv-blocks >= 2)")
     if not 0.0 <= a.cancel_fraction < 1.0:
         raise SoakError(f"--cancel-fraction {a.cancel_fraction}: must be in [0, 1)")
+    if a.inject_fault_at < 0:
+        raise SoakError(f"--inject-fault-at {a.inject_fault_at}: must be >= 0")
     if a.max_requests is not None and a.max_requests < 1:
         raise SoakError("--max-requests must be >= 1")
 
@@ -384,11 +392,12 @@ def _launcher_args(extra: Sequence[str], kv_blocks: int) -> list[str]:
     return args + ["--num-gpu-blocks-override", str(kv_blocks)]
 
 
-def _policy_flags(policy: str, kmax: int) -> list[str]:
+def _policy_flags(policy: str, kmax: int, inject_at: int = 0) -> list[str]:
+    drill = ["--adaptive-inject-fault", str(inject_at)] if inject_at else []
     if policy == "sweep":
         return ["--adaptive-policy", "sweep",
-                "--adaptive-sweep", ",".join(map(str, sweep_pattern(kmax)))]
-    return ["--adaptive-policy", policy]
+                "--adaptive-sweep", ",".join(map(str, sweep_pattern(kmax))), *drill]
+    return ["--adaptive-policy", policy, *drill]
 
 
 def _port() -> int:
@@ -402,7 +411,8 @@ def run_policy(base: Any, policy: str, jobs: list[Job], refs: dict[int, Referenc
                seed: int) -> dict[str, Any]:
     port = _port()
     trace = out / f"{policy}.decisions.jsonl"
-    argv, env = plugin_command(base, port, trace, environ, _policy_flags(policy, base.kmax))
+    argv, env = plugin_command(base, port, trace, environ,
+                               _policy_flags(policy, base.kmax, a.inject_fault_at))
     cmd = ServerCommand(BenchConfig(policy, policy, base.kmax), argv, env, trace)
     with Server(cmd, port, out / f"{policy}.server.log") as server:
         server.start(a.startup_timeout)
@@ -420,6 +430,7 @@ def run_policy(base: Any, policy: str, jobs: list[Job], refs: dict[int, Referenc
         "running_at_end": int(metrics.get("vllm:num_requests_running", 0)),
         "waiting_at_end": int(metrics.get("vllm:num_requests_waiting", 0)),
         "fallbacks": int(metrics.get("vllm_hust_vspec:runtime_fallbacks_total", 0)),
+        "faults_injected": 1 if a.inject_fault_at else 0,
         "k_hist": _k_hist(trace), "rss_warm": rss.warm, "rss_end": rss.end,
         "rss_samples": [[round(t, 1), r] for t, r in rss.samples],
     })
@@ -454,13 +465,14 @@ def _checks(s: dict[str, Any], tolerance: float) -> dict[str, bool]:
         "preempted": s["preemptions"] > 0,
         "idle at end": s["running_at_end"] == 0 and s["waiting_at_end"] == 0,
         "server alive": bool(s["server_alive_at_end"]),
+        "faults survived": s["fallbacks"] == s["faults_injected"],
         "rss steady": steady,
     }
 
 
 def _table(results: list[dict[str, Any]]) -> str:
     head = ("policy", "requests", "completed", "cancelled", "lost", "dup", "mismatches",
-            "near-ties", "preempted", "fallbacks", "RSS after warm-up -> end (MB)", "checks")
+            "near-ties", "preempted", "faults injected/fallbacks", "RSS after warm-up -> end (MB)", "checks")
     rows = [" | ".join(head), " | ".join("---" for _ in head)]
     for s in results:
         mb = " ".join(f"{name.split('::')[-1]} {rss / 2**20:.0f}->"
@@ -470,7 +482,7 @@ def _table(results: list[dict[str, Any]]) -> str:
         rows.append(" | ".join(str(x) for x in (
             s["policy"], s["requests"], s["completed"], s["cancelled"], s["lost"],
             s["duplicated"], s["mismatches"], len(s["near_ties"]), s["preemptions"],
-            s["fallbacks"], mb, "ok" if not failed else "FAILED: " + ", ".join(failed))))
+            f"{s['faults_injected']}/{s['fallbacks']}", mb, "ok" if not failed else "FAILED: " + ", ".join(failed))))
     return "\n".join(rows)
 
 
