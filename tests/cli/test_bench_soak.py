@@ -7,7 +7,7 @@ started through the launcher with a KV cache of 10 blocks (1,280 tokens: vLLM pr
 strings, 10% hung up mid-stream.  Every completed text must equal the reference, every
 cancelled one be a prefix of it; nothing lost or answered twice; preemptions > 0; vLLM's
 running and waiting counts back at 0; the engine core's RSS steady after warm-up; a fault
-drill at step 1000 on each server (the controller raises there) survived with one fallback.
+drill at step 500 on each server (the controller raises there) survived with one fallback.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def soak(*args: str, env: dict[str, str], timeout: float = 900) -> subprocess.Co
 def test_the_short_soak_loses_no_token(fixtures_dir, tmp_path):
     out = tmp_path / "soak"
     proc = soak("--policies", "online,sweep", "--duration", "45", "--clients", "32",
-                "--kv-blocks", "10", "--inject-fault-at", "1000", "--output-dir", str(out),
+                "--kv-blocks", "10", "--inject-fault-at", "500", "--output-dir", str(out),
                 "--", "--config", PRESET, "--max-num-seqs", "16", "--", "--dtype", "float32",
                 env=clean_env(HUST_VSPEC_MODEL_DIR=str(fixtures_dir)))
     doc = json.loads((out / "soak.json").read_text())
@@ -49,14 +49,14 @@ def test_the_short_soak_loses_no_token(fixtures_dir, tmp_path):
         assert r["characters_compared"] > 10_000
         assert r["preemptions"] > 0
         assert r["running_at_end"] == 0 and r["waiting_at_end"] == 0
-        # the fault drill at step 1000: one fallback, survived, every token still exact
+        # the fault drill at step 500: one fallback, survived, every token still exact
         assert r["server_alive_at_end"] and r["faults_injected"] == r["fallbacks"] == 1
     sweep = {int(k): n for k, n in by_policy["sweep"]["k_hist"].items()}
     assert set(sweep) == set(range(KMAX + 1))  # every K was forced ...
     assert sweep[0] == max(sweep.values())  # ... the K = 0 stretches dominate ...
     online = {int(k): n for k, n in by_policy["online"]["k_hist"].items()}
-    assert sum(n for k, n in sweep.items() if k > 0) > 150  # ... and K > 0 ran a while
-    assert sum(online.values()) > 1000
+    assert sum(n for k, n in sweep.items() if k > 0) >= 60  # ... and K > 0 ran a while
+    assert sum(online.values()) > 500
 
 
 def test_bad_soak_input_is_one_error_before_any_server(tmp_path):
