@@ -40,6 +40,7 @@ from vllm_hust_vspec.fileio import write_atomic
 from .bench_configs import BenchConfig
 from .bench_server import (Server, ServerCommand, plugin_command, resolve_base,
                            server_command)
+from .bench_workloads import jsonl_records
 
 POLICIES = ("online", "budget", "sweep")
 WARM_SHARE = 0.25  # the RSS after this share of the duration is the warmed-up value
@@ -149,15 +150,9 @@ def _prompts(directory: pathlib.Path) -> list[str]:
     if not files:
         raise SoakError(f"--prompts-dir {directory}: no *.jsonl prompt sets")
     out = []
-    for path in files:
-        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise SoakError(f"{path}:{n}: not JSON ({exc.msg})") from None
-            prompt = rec.get("prompt") if isinstance(rec, dict) else rec
+    for path in files:  # JSON lines of {"prompt": str, ...}, as every prompt set
+        for n, rec in jsonl_records(path):
+            prompt = rec.get("prompt")
             if not isinstance(prompt, str) or not prompt:
                 raise SoakError(f"{path}:{n}: no 'prompt' string")
             out.append(prompt)
