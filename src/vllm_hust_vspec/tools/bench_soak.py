@@ -3,7 +3,8 @@
 For each policy (``online``, ``budget``, ``sweep``: a per-step sweep through every K in
 0..Kmax with long K = 0 stretches) one real multiprocess server is started through the
 launcher, with a KV cache small enough that vLLM preempts and recomputes requests that hold
-drafts (``--kv-blocks``).  ``--clients`` streaming clients (loopback only) send greedy
+drafts (``--kv-blocks``; the budget policy's start-up cost table is measured first by a
+server with the arguments' own KV cache, and loaded).  ``--clients`` streaming clients (loopback only) send greedy
 completions for ``--duration`` seconds or ``--max-requests`` requests: prompts of mixed
 lengths, mixed ``max_tokens``, stop strings, and ``--cancel-fraction`` of them hung up by the
 client mid-stream.  Before that, one target-only server (the same preset without
@@ -387,8 +388,11 @@ def _launcher_args(extra: Sequence[str], kv_blocks: int) -> list[str]:
     return args + ["--num-gpu-blocks-override", str(kv_blocks)]
 
 
-def _policy_flags(policy: str, kmax: int, inject_at: int = 0) -> list[str]:
+def _policy_flags(policy: str, kmax: int, inject_at: int = 0,
+                  cost_table: pathlib.Path | None = None) -> list[str]:
     drill = ["--adaptive-inject-fault", str(inject_at)] if inject_at else []
+    if cost_table is not None:
+        drill += ["--adaptive-dspark-cost-table", str(cost_table)]
     if policy == "sweep":
         return ["--adaptive-policy", "sweep",
                 "--adaptive-sweep", ",".join(map(str, sweep_pattern(kmax))), *drill]
@@ -401,13 +405,32 @@ def _port() -> int:
     return free_port()
 
 
+def calibrate_budget(extra: Sequence[str], a: argparse.Namespace, out: pathlib.Path,
+                     environ: dict[str, str]) -> pathlib.Path:
+    """The budget policy's start-up cost table, measured by a server with the KV cache the
+    user's arguments give (the soak's small cache cannot hold the calibration's batches);
+    the soak's budget server then loads it."""
+    table = out / "budget.cost-table.json"
+    if table.exists():
+        table.unlink()
+    base = resolve_base(list(extra), environ)
+    port = _port()
+    argv, env = plugin_command(base, port, out / "budget-calibration.decisions.jsonl", environ,
+                               ["--adaptive-policy", "budget",
+                                "--adaptive-dspark-cost-table-output", str(table)])
+    cmd = ServerCommand(BenchConfig("budget-calibration", "budget", base.kmax), argv, env, None)
+    with Server(cmd, port, out / "budget-calibration.server.log") as server:
+        server.start(a.startup_timeout)
+    return table
+
+
 def run_policy(base: Any, policy: str, jobs: list[Job], refs: dict[int, Reference],
                a: argparse.Namespace, out: pathlib.Path, environ: dict[str, str],
-               seed: int) -> dict[str, Any]:
+               seed: int, cost_table: pathlib.Path | None = None) -> dict[str, Any]:
     port = _port()
     trace = out / f"{policy}.decisions.jsonl"
     argv, env = plugin_command(base, port, trace, environ,
-                               _policy_flags(policy, base.kmax, a.inject_fault_at))
+                               _policy_flags(policy, base.kmax, a.inject_fault_at, cost_table))
     cmd = ServerCommand(BenchConfig(policy, policy, base.kmax), argv, env, trace)
     with Server(cmd, port, out / f"{policy}.server.log") as server:
         server.start(a.startup_timeout)
@@ -504,12 +527,18 @@ def run_soak(a: argparse.Namespace, extra: Sequence[str]) -> int:
                            jobs, a.clients)
     results = []
     for i, policy in enumerate(policies):
+        table = None
+        if policy == "budget":
+            print("soak: budget: its start-up cost table, measured with the arguments' own "
+                  "KV cache", flush=True)
+            table = calibrate_budget(extra, a, out, environ)
         print(f"soak: {policy}: {a.clients} clients for {a.duration:.0f} s", flush=True)
-        results.append(run_policy(base, policy, jobs, refs, a, out, environ, a.seed + i))
-    doc = {"load_1m_start": load_start, "load_1m_end": load_1m(),
-           "args": {k: v for k, v in vars(a).items() if k != "command"},
-           "launcher_args": list(base.launcher_args), "results": results}
-    write_atomic(out / "soak.json", json.dumps(doc, indent=2) + "\n")
+        results.append(run_policy(base, policy, jobs, refs, a, out, environ, a.seed + i,
+                                  table))
+        doc = {"load_1m_start": load_start, "load_1m_end": load_1m(),
+               "args": {k: v for k, v in vars(a).items() if k != "command"},
+               "launcher_args": list(base.launcher_args), "results": results}
+        write_atomic(out / "soak.json", json.dumps(doc, indent=2) + "\n")  # after each
     print(_table(results))
     print(f"soak: {out / 'soak.json'}")
     ok = all(all(s["checks"].values()) for s in results)
