@@ -45,7 +45,7 @@ from vllm_hust_vspec.runtime.controller_factory import (build_controller, check_
                                                         entry_settings, is_fixed_at)
 from vllm_hust_vspec.runtime.drafter_ledger import DrafterLedger
 from vllm_hust_vspec.runtime.fault import FaultGuard
-from vllm_hust_vspec.runtime.gate import DecisionGate, decoding
+from vllm_hust_vspec.runtime.gate import DecisionGate, decision_batch
 from vllm_hust_vspec.runtime.metrics_feed import MetricsFeed, cost_state
 from vllm_hust_vspec.runtime.outputs import RuntimeOutputs, header_meta
 from vllm_hust_vspec.runtime.rotation import Rotation
@@ -140,6 +140,7 @@ class EngineRuntime:
         # the controller's state for /metrics, where the host sends per-step stats
         metrics = MetricsFeed() if getattr(scheduler, "log_stats", False) else None
         self.outputs = RuntimeOutputs(settings, header, self._recorder(settings), metrics)
+        self._state_source: tuple[Any, bool] | None = None  # what the /metrics state reflects
         # this step's requests that produced tokens: id -> (request, output position before)
         self._positions: dict[str, tuple[Any, int]] = {}
 
@@ -234,7 +235,7 @@ class EngineRuntime:
         t = time.perf_counter()
         self.clock.open(self.step, k, t)
         self.outputs.records([self.fault.decision_record(
-            self.step, time.time(), sum(1 for r in running if decoding(r)) or len(running))])
+            self.step, time.time(), len(decision_batch(running)))])
         return k
 
     def draft_limit(self, req_id: str) -> int | None:
@@ -437,7 +438,10 @@ class EngineRuntime:
         feed = self.outputs.metrics
         if feed is None or self.k_override is not None:
             return
-        feed.set_state(self.fault.state if self.fault.tripped else cost_state(self.controller))
+        source = (self.controller, self.fault.tripped)  # what the state is derived from
+        if source != self._state_source:  # a compared policy took over, or the fault tripped
+            self._state_source = source
+            feed.set_state(self.fault.state if self.fault.tripped else cost_state(self.controller))
         payload = feed.drain()
         if payload is not None:
             from vllm_hust_vspec.runtime.stats_channel import with_payload

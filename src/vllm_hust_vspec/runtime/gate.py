@@ -48,7 +48,7 @@ class DecisionGate:
         (a prefill that joins the step does not change K for that reason; when every
         request prefills, on all of them).  Read of each: ``request_id``, ``num_tokens``,
         ``num_computed_tokens``, ``num_output_placeholders``."""
-        running = [r for r in running if decoding(r)] or list(running)
+        running = decision_batch(running)
         ids = tuple(r.request_id for r in running)
         if self._next is not None:  # made from the drafts' confidences
             (d, limits), self._next = self._next, None
@@ -120,6 +120,12 @@ class DecisionGate:
                 changed = True
             out.append(ids)
         return out if changed else None
+
+
+def decision_batch(running: Sequence[Any]) -> list[Any]:
+    """The requests a step's K is decided on: those that decode in it (a prefill that joins
+    the step does not count), or all of them when every request prefills."""
+    return [r for r in running if decoding(r)] or list(running)
 
 
 def decoding(request: Any) -> bool:

@@ -14,7 +14,7 @@ a probe, else ``hold``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from vllm_hust_vspec.adaptive.trace import is_decision, is_result
@@ -148,8 +148,10 @@ class MetricsFeed:
             return
         out["meas_ms"] = float(ms)
         if est is not None:  # a step with both a prediction and a time
-            timed: Sequence[Any] = out["timed"]
-            out["timed"] = [timed[0] + est, timed[1] + float(ms), timed[2] + 1]
+            timed = out["timed"]
+            timed[0] += est
+            timed[1] += float(ms)
+            timed[2] += 1
 
 
 def cost_state(controller: Any) -> dict[str, Any]:
