@@ -38,6 +38,9 @@ def parse_args(argv: list[str]) -> tuple[P.BuildParams, pathlib.Path, str]:
     ap.add_argument("--threads", type=int, default=P.THREADS,
                     help=f"torch threads for training (default {P.THREADS}; another count gives other bits, "
                          "the same guaranteed quality)")
+    ap.add_argument("--precision", choices=("auto", *P.PRECISIONS), default="auto",
+                    help="training precision: bf16 (autocast, fp32 weights) or fp32; auto (default): bf16 "
+                         "where the CPU has native bf16, fp32 elsewhere (an emulated bf16 step costs ~18x)")
     ap.add_argument("--stage", choices=P.STAGES, default="full",
                     help="base: only what the demo needs (target, target-large, draft, prompts); "
                          "full (default): also the heads and the vLLM acceptance measurement")
@@ -49,7 +52,8 @@ def parse_args(argv: list[str]) -> tuple[P.BuildParams, pathlib.Path, str]:
     scale = P.QUICK_SCALE if a.quick else (1.0 if a.scale is None else a.scale)
     try:
         params = P.BuildParams(seed=a.seed, scale=scale, large_intermediate=a.large_intermediate,
-                               measure_mal=not a.no_mal, threads=a.threads)
+                               measure_mal=not a.no_mal, threads=a.threads,
+                               precision=P.auto_precision() if a.precision == "auto" else a.precision)
     except ValueError as e:
         ap.error(str(e))
     return params, store.root_dir(a.root), a.stage

@@ -75,14 +75,19 @@ def test_llama_to_mimo_adds_zero_qkv_biases_and_the_mtp_layer() -> None:
 def test_params_budgets_and_hash() -> None:
     full, quick = P.BuildParams(), P.BuildParams(scale=P.QUICK_SCALE)
     assert full.target_steps == P.FULL_TARGET_STEPS and full.head_steps == P.FULL_DRAFTER_STEPS
-    assert full.as_dict()["precision"] == "bf16 autocast, fp32 weights"
+    assert full.precision == P.auto_precision()
+    assert P.BuildParams(precision="bf16").as_dict()["precision"] == "bf16 autocast, fp32 weights"
+    assert P.BuildParams(precision="fp32").as_dict()["precision"] == "float32"
     assert quick.target_steps < full.target_steps
     assert P.BuildParams(scale=1e-6).target_steps == 1
     assert P.build_hash(full) == P.build_hash(P.BuildParams())
     assert len({P.build_hash(p) for p in (full, quick, P.BuildParams(seed=1), P.BuildParams(measure_mal=False),
-                                          P.BuildParams(large_intermediate=8192), P.BuildParams(threads=1))}) == 6
+                                          P.BuildParams(large_intermediate=8192), P.BuildParams(threads=1),
+                                          P.BuildParams(precision="fp32" if full.precision == "bf16" else "bf16"))}) == 7
     with pytest.raises(ValueError, match="--scale"):
         P.BuildParams(scale=0)
+    with pytest.raises(ValueError, match="--precision"):
+        P.BuildParams(precision="fp16")
     with pytest.raises(ValueError, match="--threads"):
         P.BuildParams(threads=0)
     assert P.BUILDER_SCRIPT in P.source_files() and len(P.source_files()) > 5
@@ -146,3 +151,14 @@ def test_store_publish_and_current(tmp_path: pathlib.Path) -> None:
     other.mkdir()
     store.point_current(tmp_path, other)
     assert (tmp_path / "current").resolve() == other.resolve()
+
+
+def test_precision_follows_the_cpus_bf16_flags() -> None:
+    """``--precision auto`` trains in bf16 only where the CPU has it natively (an emulated
+    bf16 step cost 18x a float32 one on an AVX2-only CPU)."""
+    assert P.native_bf16("processor\t: 0\nflags\t\t: fpu sse avx2 avx512f avx512_bf16 amx_tile\n")
+    assert P.native_bf16("flags\t: avx2 amx_bf16 amx_tile\n")
+    assert P.native_bf16("Features\t: fp asimd bf16 i8mm\n")  # Arm
+    assert not P.native_bf16("flags\t\t: fpu sse avx2 avx512f avx512bw\n")
+    assert not P.native_bf16("Features\t: fp asimd sve\n")
+    assert not P.native_bf16("")
