@@ -1,10 +1,12 @@
-"""Fetch real host source trees (sdists) from PyPI for the doctor's tests.
+"""Fetch real host source trees (sdists) from the package index for the doctor's tests.
 
-``vllm-ascend==0.23.0.post1`` and ``vllm-hust==0.17.2.post1`` exist on PyPI only as sdists,
-and ``pip download`` fails on them while building metadata.  So we read the index's simple
-page (PEP 503 links carrying ``#sha256=``) with urllib (the machine's pip config points at
-local file indexes, which do not have them), download the ``.tar.gz`` itself, verify its
-sha256 against the index, and cache it under ``~/.cache/vllm-hust-vspec/sdists/``.
+``vllm-ascend==0.23.0.post1`` and ``vllm-hust==0.17.2.post1`` exist only as sdists, and
+``pip download`` fails on them while building metadata.  So we ask pip for its indexes (its
+``download`` command's options as pip's own configuration and environment set them: the
+index URL and every extra index, no host name written here), read each index's simple page
+for the project (PEP 503 links carrying ``#sha256=``) with urllib until one lists the sdist,
+download the ``.tar.gz`` itself, verify its sha256 against the index, and cache it under
+``~/.cache/vllm-hust-vspec/sdists/``.
 Extraction keeps only ``*.py``, ``*.toml``, ``*.cfg`` and ``PKG-INFO`` members (what the
 doctor reads), into the same cache.
 """
@@ -16,19 +18,37 @@ import html.parser
 import json
 import os
 import pathlib
+import subprocess
+import sys
 import tarfile
 import urllib.error
 import urllib.parse
 import urllib.request
 
-INDEX = "https://pypi.org/simple/{name}/"
 CACHE = pathlib.Path(
     os.environ.get("VSPEC_SDIST_CACHE", os.path.expanduser("~/.cache/vllm-hust-vspec/sdists"))
 )
 
 
 class IndexUnreachable(RuntimeError):
-    """PyPI could not be reached (the only reason a test may skip)."""
+    """No index could be reached (the only reason a test may skip)."""
+
+
+_PIP_INDEXES = """
+import json
+from pip._internal.commands import create_command
+options, _ = create_command("download").parse_args([])
+print(json.dumps([options.index_url, *options.extra_index_urls]))
+"""
+
+
+def pip_indexes() -> list[str]:
+    """The simple-index base URLs pip would use (its configuration, environment, defaults)."""
+    proc = subprocess.run([sys.executable, "-c", _PIP_INDEXES], capture_output=True, text=True,
+                          timeout=60)
+    if proc.returncode != 0:
+        raise RuntimeError(f"cannot read pip's index configuration: {proc.stderr[-500:]}")
+    return [u for u in json.loads(proc.stdout) if u]
 
 
 def _sha256(path: pathlib.Path) -> str:
@@ -49,28 +69,59 @@ class _Links(html.parser.HTMLParser):
             self.hrefs.extend(v for k, v in attrs if k == "href" and v)
 
 
-def _sdist_entry(name: str, version: str) -> dict:
-    """``{"filename", "url", "digests": {"sha256"}}`` of the sdist, from the simple page."""
-    url = INDEX.format(name=name)
+def _project_page(base: str, name: str) -> tuple[str, str | None]:
+    """``(url, page)`` of ``name`` on the simple index ``base``; page None where the index
+    does not list the project (HTTP 404, no such file)."""
+    url = base.rstrip("/") + f"/{name}/"
+    if url.startswith("file:"):
+        url += "index.html"
     try:
         with urllib.request.urlopen(url, timeout=60) as resp:
-            page = resp.read().decode("utf-8")
+            return url, resp.read().decode("utf-8")
     except urllib.error.HTTPError as exc:
+        if exc.code == 404:
+            return url, None
         if exc.code >= 500:
             raise IndexUnreachable(f"{url}: server error {exc.code}") from exc
         raise RuntimeError(f"{url}: HTTP {exc.code} (the index answered: not a skip)") from exc
-    except (urllib.error.URLError, TimeoutError, OSError) as exc:
+    except urllib.error.URLError as exc:
+        if url.startswith("file:"):
+            return url, None
         raise IndexUnreachable(f"cannot reach {url}: {exc}") from exc
+    except (TimeoutError, OSError) as exc:
+        raise IndexUnreachable(f"cannot reach {url}: {exc}") from exc
+
+
+def _sdist_entry(name: str, version: str) -> dict:
+    """``{"filename", "url", "digests": {"sha256"}}`` of the sdist, from the first of pip's
+    indexes whose simple page lists it."""
+    want = f"{name.replace('-', '_')}-{version}.tar.gz"
+    asked, unreachable = [], []
+    for base in pip_indexes():
+        try:
+            url, page = _project_page(base, name)
+        except IndexUnreachable as exc:
+            unreachable.append(str(exc))
+            continue
+        asked.append(url)
+        if page is not None and (entry := _find(page, url, want)) is not None:
+            return entry
+    if unreachable and not any(asked):
+        raise IndexUnreachable("; ".join(unreachable))
+    raise RuntimeError(f"no {want} with a sha256 fragment on pip's indexes (asked: "
+                       f"{', '.join(asked)}; unreachable: {'; '.join(unreachable) or 'none'})")
+
+
+def _find(page: str, url: str, want: str) -> dict | None:
     links = _Links()
     links.feed(page)
-    want = f"{name.replace('-', '_')}-{version}.tar.gz"
     for href in links.hrefs:
         target, _, fragment = href.partition("#")
         filename = urllib.parse.unquote(target.rsplit("/", 1)[-1])
         if filename.lower() == want.lower() and fragment.startswith("sha256="):
             return {"filename": filename, "url": urllib.parse.urljoin(url, target),
                     "digests": {"sha256": fragment[len("sha256="):]}}
-    raise RuntimeError(f"{url}: no {want} with a sha256 fragment on the index page")
+    return None
 
 
 def fetch_sdist(name: str, version: str) -> pathlib.Path:

@@ -31,7 +31,7 @@ def _tree(name: str, version: str) -> pathlib.Path:
     try:
         return sdists.host_tree(name, version)
     except sdists.IndexUnreachable as exc:
-        pytest.skip(f"PyPI cannot be reached, so the {name}=={version} sdist is unavailable: "
+        pytest.skip(f"no package index can be reached, so the {name}=={version} sdist is unavailable: "
                     f"{exc}")
 
 
