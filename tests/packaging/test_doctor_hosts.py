@@ -45,6 +45,12 @@ def ascend() -> pathlib.Path:
     return _tree("vllm-ascend", "0.23.0.post1")
 
 
+@pytest.fixture(scope="module")
+def vllm023() -> pathlib.Path:
+    """vLLM 0.23.0, the release vllm-ascend 0.23.0.post1 follows (its pairing)."""
+    return _tree("vllm", "0.23.0")
+
+
 def run(*args: str) -> tuple[int, dict]:
     proc = subprocess.run([DOCTOR, "--json", *args], capture_output=True, text=True,
                           timeout=120, check=False)
@@ -119,8 +125,8 @@ def test_hust_017_has_no_dflash(hust: pathlib.Path) -> None:
 
 # ---------------------------------------------------------------- vLLM-Ascend 0.23.0.post1
 
-def test_ascend_tree_is_detected(ascend: pathlib.Path) -> None:
-    rc, report = run("--ascend-root", str(ascend), "--method", "eagle")
+def test_ascend_tree_is_detected(ascend: pathlib.Path, vllm023: pathlib.Path) -> None:
+    rc, report = run("--ascend-root", str(ascend), "--vllm-root", str(vllm023), "--method", "eagle")
     assert rc == 0
     assert report["family"] == "vllm-ascend"
     host = {h["package"]: h for h in report["hosts"]}["vllm_ascend"]
@@ -129,8 +135,8 @@ def test_ascend_tree_is_detected(ascend: pathlib.Path) -> None:
 
 
 @pytest.mark.parametrize("method", ["draft_model", "eagle", "eagle3", "mtp", "dflash"])
-def test_ascend_023_proposer_takes_no_k(ascend: pathlib.Path, method: str) -> None:
-    rc, report = run("--ascend-root", str(ascend), "--method", method, "--adaptive")
+def test_ascend_023_proposer_takes_no_k(ascend: pathlib.Path, vllm023: pathlib.Path, method: str) -> None:
+    rc, report = run("--ascend-root", str(ascend), "--vllm-root", str(vllm023), "--method", method, "--adaptive")
     assert rc == 1
     assert report["missing"] == [ASCEND_PROPOSE]
     check = next(c for c in report["checks"] if c["symbol"] == ASCEND_PROPOSE)
@@ -142,8 +148,8 @@ def test_ascend_023_proposer_takes_no_k(ascend: pathlib.Path, method: str) -> No
     assert "vllm_ascend.worker.worker.NPUWorker.take_draft_token_ids" in present
 
 
-def test_ascend_023_ngram_branches(ascend: pathlib.Path) -> None:
-    rc, report = run("--ascend-root", str(ascend), "--method", "ngram", "--adaptive")
+def test_ascend_023_ngram_branches(ascend: pathlib.Path, vllm023: pathlib.Path) -> None:
+    rc, report = run("--ascend-root", str(ascend), "--vllm-root", str(vllm023), "--method", "ngram", "--adaptive")
     assert rc == 1
     assert report["missing"] == [
         "vllm_ascend.spec_decode.ngram_proposer.AscendNgramProposer.propose"]
@@ -151,11 +157,43 @@ def test_ascend_023_ngram_branches(ascend: pathlib.Path) -> None:
     assert "of 2 conditional definitions" in check["detail"]
 
 
-def test_ascend_023_fixed_k_is_complete_but_has_no_dspark(ascend: pathlib.Path) -> None:
+def test_ascend_023_fixed_k_is_complete_but_has_no_dspark(ascend: pathlib.Path, vllm023: pathlib.Path) -> None:
     for method in ("draft_model", "eagle", "ngram", "suffix", "medusa", "dflash"):
-        rc, report = run("--ascend-root", str(ascend), "--method", method)
+        rc, report = run("--ascend-root", str(ascend), "--vllm-root", str(vllm023), "--method", method)
         assert rc == 0, (method, report["missing"])
-    rc, report = run("--ascend-root", str(ascend), "--method", "dspark")
+    rc, report = run("--ascend-root", str(ascend), "--vllm-root", str(vllm023), "--method", "dspark")
     assert rc == 1
     assert report["missing"] == [
         "vllm_ascend.spec_decode.dspark_proposer.AscendDSparkProposer"]
+
+
+# ---------------------------------------------------------------- pairings
+
+def test_ascend_023_imports_over_its_own_vllm(ascend: pathlib.Path, vllm023: pathlib.Path) -> None:
+    rc, report = run("--ascend-root", str(ascend), "--vllm-root", str(vllm023), "--method", "eagle")
+    assert rc == 0, report["pairing"]
+    pairing = report["pairing"]
+    assert pairing["ok"] and pairing["unresolved"] == []
+    assert pairing["versions"] == {"vllm_ascend": "0.23.0.post1", "vllm": "0.23.0"}
+    assert pairing["modules"] > 300 and pairing["imports_checked"] > 1500
+
+
+def test_ascend_023_over_hust_017_fails_at_import(ascend: pathlib.Path, hust: pathlib.Path) -> None:
+    """Every symbol our patches need is there, yet vllm_ascend cannot import over vLLM-HUST:
+    the doctor fails with the versions and the first unresolved names."""
+    rc, report = run("--ascend-root", str(ascend), "--vllm-root", str(hust), "--method", "eagle")
+    assert rc == 1 and report["missing"] == []
+    pairing = report["pairing"]
+    assert not pairing["ok"] and pairing["unresolved_count"] >= 40
+    assert pairing["versions"] == {"vllm_ascend": "0.23.0.post1", "vllm": "0.17.2.post1"}
+    names = {(u["source"], u["name"]) for u in pairing["unresolved"]}
+    assert ("vllm.v1.kv_cache_spec_registry", "KVCacheSpecRegistry") in names
+    first = pairing["unresolved"][0]
+    assert first["module"].startswith("vllm_ascend.") and first["line"] > 0
+    proc = subprocess.run([DOCTOR, "--ascend-root", str(ascend), "--vllm-root", str(hust),
+                           "--method", "eagle"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1
+    assert ("pairing: vllm_ascend 0.23.0.post1 over vllm 0.17.2.post1: " in proc.stdout
+            and "cannot import over this vllm tree" in proc.stdout)
+    assert "UNRESOLVED vllm_ascend.core.kv_cache_interface:13: " \
+        "vllm.v1.kv_cache_spec_registry.KVCacheSpecRegistry" in proc.stdout

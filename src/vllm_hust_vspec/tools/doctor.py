@@ -7,7 +7,11 @@ machine without the accelerator.  The symbols come only from the patch declarati
 vLLM-Ascend and vLLM-HUST), filtered by the host family detected from the trees, ``--method``
 and ``--adaptive``.
 
-Exit status: 0 every required symbol exists, 1 any is missing, 2 usage error (bad flag,
+With a vLLM-Ascend tree, the doctor also checks the pairing (:mod:`vllm_hust_vspec.host.pairing`):
+that ``vllm_ascend``'s modules import at all over the ``vllm`` tree given.
+
+Exit status: 0 every required symbol exists (and the pairing imports), 1 any is missing (or
+the pairing does not import), 2 usage error (bad flag,
 unknown method, a root that is not a source tree, no vLLM found).  ``--json`` keys are
 documented in ``docs/doctor.md``.
 """
@@ -34,6 +38,7 @@ from packaging.version import InvalidVersion, Version
 
 from vllm_hust_vspec._version import __version__
 from vllm_hust_vspec.errors import VspecError
+from vllm_hust_vspec.host import pairing as pairing_mod
 from vllm_hust_vspec.host.probe import ProbeResult, SourceProbe
 from vllm_hust_vspec.patchspec import FAMILY_ASCEND, FAMILY_HUST, FAMILY_VLLM, PatchSpec
 from vllm_hust_vspec.settings import SettingsError, canonical_method
@@ -289,6 +294,10 @@ def build_report(args: argparse.Namespace) -> dict[str, Any]:
     specs = select_specs(load_specs(), family, method, args.adaptive)
     checks = run_checks(specs, SourceProbe(roots))
     missing = sorted({c.as_json()["symbol"] for c in checks if not c.result.ok})
+    pairing = None
+    if ascend_dir is not None:  # does vllm_ascend import at all over this vllm tree?
+        pairing = pairing_mod.check(ascend_dir, vllm_dir)
+        pairing["versions"] = {"vllm_ascend": ascend.version, "vllm": vllm.version}
     return {
         "schema": JSON_SCHEMA,
         "plugin_version": __version__,
@@ -299,7 +308,8 @@ def build_report(args: argparse.Namespace) -> dict[str, Any]:
         "patches": [s.name for s in specs],
         "checks": [c.as_json() for c in checks],
         "missing": missing,
-        "ok": not missing,
+        "pairing": pairing,
+        "ok": not missing and (pairing is None or pairing["ok"]),
     }
 
 
@@ -325,9 +335,25 @@ def render_text(report: dict[str, Any]) -> str:
     n = len(report["checks"])
     if not report["patches"]:
         lines.append("no patch declarations apply to this family/method/mode: nothing to check")
+    pairing = report["pairing"]
+    if pairing is not None:
+        v = pairing["versions"]
+        head = (f"pairing: vllm_ascend {v['vllm_ascend'] or '?'} over vllm {v['vllm'] or '?'}: "
+                f"{pairing['imports_checked']} imports of {pairing['modules']} modules")
+        if pairing["ok"]:
+            lines.append(f"{head}, all resolve")
+        else:
+            lines.append(f"{head}, {pairing['unresolved_count']} do not resolve: vllm_ascend "
+                         "cannot import over this vllm tree (it follows one vLLM release); first:")
+            for u in pairing["unresolved"][:10]:
+                what = f"{u['source']}.{u['name']}" if u["name"] else u["source"]
+                lines.append(f"  UNRESOLVED {u['module']}:{u['line']}: {what} ({u['detail']})")
     if report["missing"]:
         lines.append(f"MISSING {len(report['missing'])} symbol(s): "
                      + ", ".join(report["missing"]))
+    elif pairing is not None and not pairing["ok"]:
+        lines.append(f"FAILED: all {n} symbol check(s) passed, but vllm_ascend does not import "
+                     "over this vllm tree")
     else:
         lines.append(f"OK: all {n} check(s) passed")
     return "\n".join(lines)
