@@ -15,12 +15,19 @@ Facts from the host's proposers (see the reference map, section 1.7):
 
 from __future__ import annotations
 
+from typing import Any
+
 from vllm_hust_vspec.settings import FIXED_K_METHODS
 
 # Methods whose drafter forward runs even at K = 0 (draft_min_steps = 1 in the cost model).
 MODEL_DRAFTERS = ("draft_model", "eagle", "eagle3", "mtp", "dflash", "dspark")
 # Model drafters whose K = 0 steps run no forward (patch drafter-k0), under sync scheduling.
 K0_SKIPPED = ("draft_model",)
+# Methods vLLM >= 0.33 lets vary K on its V1 model runner: ``VllmConfig.
+# _maybe_disable_dynamic_sd_for_v1`` turns dynamic SD off for every other method there
+# ("V1 requires proposer support"; V2 truncates drafts centrally and takes any method).
+HOST_V1_DYNAMIC_SD = ("ngram", "eagle", "eagle3", "mtp", "draft_model", "dflash")
+HOST_V1_GATE = "_maybe_disable_dynamic_sd_for_v1"
 # Methods the plugin cannot drive at all.
 UNSUPPORTED = {
     "custom_class": "the host calls a custom proposer without the per-step K",
@@ -31,6 +38,14 @@ UNSUPPORTED = {
 def varies_k(method: str) -> bool:
     """True when the batch K may change from step to step for ``method``."""
     return method not in FIXED_K_METHODS
+
+
+def host_fixes_k(vllm_config: Any, method: str) -> bool:
+    """True when the host itself keeps K fixed for ``method``: vLLM >= 0.33 (its config class
+    has the V1 gate) on the V1 model runner, for a method outside its V1 list."""
+    if method in HOST_V1_DYNAMIC_SD or not hasattr(type(vllm_config), HOST_V1_GATE):
+        return False
+    return not bool(getattr(vllm_config, "use_v2_model_runner", False))
 
 
 def draft_forwards(method: str, k: int, skip_k0: bool = True) -> int:

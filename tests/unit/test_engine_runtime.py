@@ -377,3 +377,38 @@ def test_a_fault_drill_trips_the_fallback_at_its_step():
     assert ks == [2, 2, 0, 0, 0]
     assert rt.fault.step == 3 and "adaptive_inject_fault" not in rt.fault.reason
     assert rt._stats()["fallbacks"] == 1
+
+
+class _Config033:
+    """Stands in for vLLM 0.33's ``VllmConfig``, which this host (0.32) lacks: only the V1
+    gate's presence and ``use_v2_model_runner`` are read."""
+
+    def _maybe_disable_dynamic_sd_for_v1(self) -> None:  # the host's gate (0.33+)
+        raise AssertionError("never called by the plugin")
+
+    def __init__(self, spec, v2: bool) -> None:
+        self.speculative_config = spec
+        self.use_v2_model_runner = v2
+
+
+@pytest.mark.parametrize(("method", "v2", "varies"), [
+    ("gemma4", False, False),  # 0.33 V1: dynamic SD off for it -> K stays Kmax
+    ("gemma4", True, True),  # V2 truncates drafts centrally: K varies
+    ("eagle", False, True),  # on the host's V1 list
+    ("draft_model", False, True),
+])
+def test_the_hosts_v1_dynamic_sd_gate_is_respected(method, v2, varies, caplog):
+    sched = scheduler(method)
+    sched.vllm_config = _Config033(sched.vllm_config.speculative_config, v2)
+    with caplog.at_level("WARNING", logger="vllm_hust_vspec"):
+        rt = runtime(sched)
+    assert rt.varies_k is varies
+    if not varies:
+        assert "vLLM turns per-step K off for method gemma4" in caplog.text
+        assert {rt.decide() for _ in range(20)} == {4}  # Kmax on every step
+    else:
+        assert "turns per-step K off" not in caplog.text
+
+
+def test_no_gate_on_this_host():
+    assert not methods.host_fixes_k(SimpleNamespace(use_v2_model_runner=False), "gemma4")

@@ -101,6 +101,15 @@ class EngineRuntime:
         self.kmax = int(scheduler.num_spec_tokens)
         self.max_num_seqs = int(scheduler.scheduler_config.max_num_seqs)
         self.varies_k = methods.varies_k(self.method)
+        if self.varies_k and methods.host_fixes_k(scheduler.vllm_config, self.method):
+            # vLLM 0.33+ turned dynamic SD off for this method on its V1 runner: the host
+            # would not honour a per-step K, so the plugin keeps Kmax and trims per request
+            self.varies_k = False
+            logger.warning(
+                "vllm-hust-vspec: vLLM turns per-step K off for method %s on its V1 model "
+                "runner (VllmConfig.%s): K stays Kmax=%d; the controller trims each "
+                "request's verified drafts only", self.method, methods.HOST_V1_GATE,
+                int(scheduler.num_spec_tokens))
         self._sync = not getattr(scheduler.scheduler_config, "async_scheduling", False)
         # drafter passes at K = 0, a fact of the method (the host runs one forward; none for
         # the draft model under synchronous scheduling, patch drafter-k0)
