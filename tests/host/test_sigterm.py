@@ -1,14 +1,13 @@
 """Stopping a plugin server at the worst moments (issue 16 item 3): real launcher starts.
 
-* Ctrl-C (SIGINT to the whole process group, as a terminal sends it) while the budget
-  policy's start-up calibration measures (before the server is ready): every process of
-  the server ends by itself, and no cost table is left behind (written only whole, after
-  the fit).
-* Ctrl-C, and SIGTERM to the main process (as ``docker stop`` sends it), while 8 requests
-  are being served: every process ends, and the decision trace holds only whole JSON lines.
-
-Not tested here because the host does not do it, plugin off too: vLLM 0.32's API server does
-not act on SIGTERM before its engine reports ready (docs/plugin.md, "Faults while serving").
+* Ctrl-C (SIGINT to the whole process group, as a terminal sends it), and SIGTERM to the
+  launcher alone (as ``docker stop`` sends it to PID 1), while the budget policy's start-up
+  calibration measures (before the server is ready): every process of the server ends, and
+  no cost table is left behind (written only whole, after the fit). vLLM 0.32's API server
+  itself ignores a stop signal there (docs/launcher.md, "Stopping"): the launcher, the
+  server's parent, ends it.
+* Ctrl-C, and SIGTERM to the launcher, while 8 requests are being served: every process
+  ends, and the decision trace holds only whole JSON lines.
 """
 
 from __future__ import annotations
@@ -55,7 +54,8 @@ def _ends_by_itself(server: Server) -> None:
     assert not alive, f"processes left {EXIT_TIMEOUT} s after the signal:\n{server.log()[-3000:]}"
 
 
-def test_ctrl_c_during_startup_calibration_leaves_nothing(fixtures_dir, tmp_path):
+@pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
+def test_a_stop_during_startup_calibration_leaves_nothing(fixtures_dir, tmp_path, how):
     from conftest import free_port
     grid = tmp_path / "grid.json"
     grid.write_text(json.dumps({
@@ -72,10 +72,17 @@ def test_ctrl_c_during_startup_calibration_leaves_nothing(fixtures_dir, tmp_path
     try:
         _wait_for(lambda: "vllm-hust-vspec calibration: point" in server.log(), 300,
                   "calibration point", server)
-        os.killpg(server.proc.pid, signal.SIGINT)
+        if how == "ctrl-c":
+            os.killpg(server.proc.pid, signal.SIGINT)
+        else:
+            server.proc.send_signal(signal.SIGTERM)
         _ends_by_itself(server)
+        rc = server.proc.returncode
     finally:
         server.stop()
+    assert rc in (0, 128 + signal.SIGTERM, 128 + signal.SIGINT, 1), rc
+    if how == "sigterm":
+        assert "SIGTERM while the server starts" in server.log()
     assert not table.exists(), table.read_text()[:500]
     assert not list(tmp_path.glob("table.json*")), list(tmp_path.iterdir())
 

@@ -1,2 +1,2 @@
 """The ``vllm-hust-vspec`` launcher: presets, protocols, TOML and flags -> (argv, env) ->
-exec the vLLM server.  Works where vLLM is not importable (dry runs, CI of the CLI)."""
+run the vLLM server (supervised).  Works where vLLM is not importable (dry runs, CI of the CLI)."""

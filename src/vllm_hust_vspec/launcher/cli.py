@@ -1,5 +1,6 @@
 """``vllm-hust-vspec``: build the vLLM server command from presets, TOML and flags, then
-exec it (or print it with ``--dry-run``)."""
+run it as a supervised child (:mod:`~vllm_hust_vspec.launcher.supervise`: a stop signal ends
+every process of the server, also while it starts), or print it with ``--dry-run``."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import shlex
 import sys
 from collections.abc import Mapping, Sequence
 
-from vllm_hust_vspec.launcher import model_store
+from vllm_hust_vspec.launcher import model_store, supervise
 from vllm_hust_vspec.launcher.command import LaunchPlan, build_plan
 from vllm_hust_vspec.launcher.errors import LaunchError
 from vllm_hust_vspec.launcher.parser import PROG
@@ -31,17 +32,15 @@ def prepare(argv: Sequence[str], environ: Mapping[str, str]) -> tuple[Resolved, 
     return res, plan
 
 
-def exec_plan(plan: LaunchPlan, environ: Mapping[str, str]) -> None:
+def run_plan(plan: LaunchPlan, environ: Mapping[str, str]) -> int:
+    """Run the server command under the launcher's supervision; its exit status."""
     env = {k: v for k, v in environ.items() if k not in plan.unset}
     env.update(plan.env)
     argv = [plan.executable] + plan.argv[1:]
     sys.stdout.flush()
     sys.stderr.flush()
     try:
-        if os.path.isabs(plan.executable):
-            os.execve(plan.executable, argv, env)
-        else:
-            os.execvpe(plan.executable, argv, env)
+        return supervise.run(plan.executable, argv, env)
     except OSError as exc:
         raise LaunchError(f"cannot start {plan.executable}: {exc.strerror}") from None
 
@@ -61,11 +60,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         lookups = [lk for lk in (res.target, res.draft) if lk is not None]
         model_store.check_exist(res.values.method, lookups)
         print(f"{PROG}: " + shlex.join([plan.executable] + plan.argv[1:]), file=sys.stderr)
-        exec_plan(plan, environ)
+        return run_plan(plan, environ)
     except LaunchError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
-    return 0  # not reached: exec replaced the process
 
 
 if __name__ == "__main__":

@@ -34,7 +34,7 @@ _ALIASES = {"--compilation-config": ("-cc", "-O"), "--model": ()}
 
 @dataclasses.dataclass(frozen=True)
 class LaunchPlan:
-    executable: str  # what is exec'd (absolute when found)
+    executable: str  # what is run (absolute when found)
     argv: list[str]  # argv[0] symbolic: "vllm" or "python"
     env: dict[str, str]  # every variable set or changed
     unset: tuple[str, ...]  # inherited variables removed (stale plugin settings)

@@ -1,0 +1,179 @@
+"""Run the vLLM server as the launcher's child, and stop all of it on SIGTERM or SIGINT.
+
+Why not ``exec``: vLLM 0.32's API server does not act on a stop signal while its engine
+starts (host behaviour, plugin off too): its main thread waits for the engine's ready message
+in a blocking ``zmq`` poll (``MPClient.__init__``, a 600 s timeout) and runs no Python signal
+handler there, and when the engine core does end (SIGTERM to the whole group) that poll does
+not notice, so the API server waits on alone. Measured: SIGTERM or SIGINT to the API server
+33 s into its start, still running 45 s later. A server that cannot be stopped while it
+loads a model or runs the start-up calibration is what ``docker stop`` and systemd then kill
+after their own timeouts, leaving whatever that leaves.
+
+So the launcher stays the parent (same process group, same terminal, same stdio) and:
+
+* passes every SIGTERM / SIGINT it gets to the server's main process (a second signal from a
+  group-wide delivery is harmless: vLLM acts on the first);
+* when the server was not ready yet at the first signal (its ``/health`` did not answer),
+  gives it :data:`GRACE_S` to end by itself, then sends the same signal to every process
+  under it (the engine core ends its start-up, or the calibration, on SIGTERM), and after
+  another :data:`GRACE_S` (or as soon as the main process is left alone) kills what is
+  left, and exits with 128 + the stop signal;
+* when the server was ready, waits as long as vLLM's own shutdown takes (its drain timeout);
+* when the server's main process has ended, kills any process it left behind, and returns its
+  exit status (128 + N for a server ended by signal N, as a shell reports it).
+
+The server's main process gets SIGTERM if the launcher itself dies (``PR_SET_PDEATHSIG``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+#: Seconds a server that was still starting gets at each step of its stop.
+GRACE_S = 10.0
+#: Signals passed on to the server.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+_POLL_S = 0.5
+_ALONE_S = 2.0  # how long the main process may outlive every process under it
+_PR_SET_PDEATHSIG = 1
+
+
+def health_url(argv: Sequence[str]) -> str:
+    """The server's ``/health`` URL from its ``--host`` / ``--port`` (vLLM's defaults: every
+    interface, port 8000); a wildcard host is asked on the loopback."""
+    host, port = "127.0.0.1", "8000"
+    args = list(argv)
+    for i, a in enumerate(args):
+        for flag in ("--host", "--port"):
+            value = None
+            if a == flag and i + 1 < len(args):
+                value = args[i + 1]
+            elif a.startswith(flag + "="):
+                value = a.split("=", 1)[1]
+            if value is None:
+                continue
+            if flag == "--port":
+                port = value
+            else:
+                host = value
+    if host in ("", "0.0.0.0"):
+        host = "127.0.0.1"
+    elif host == "::":
+        host = "::1"
+    if ":" in host:
+        host = f"[{host}]"
+    return f"http://{host}:{port}/health"
+
+
+def answers(url: str, timeout: float = 1.0) -> bool:
+    """True when an HTTP server answers ``url`` (any status): the server is serving."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout):
+            return True
+    except urllib.error.HTTPError:
+        return True
+    except (OSError, ValueError):
+        return False
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+
+
+class _Tree:
+    """The processes under the server's main process (seen while it lived)."""
+
+    def __init__(self, pid: int) -> None:
+        import psutil  # a vLLM dependency; only the launcher's serving path needs it
+
+        self._psutil = psutil
+        self.root = pid
+        self.seen: dict[int, Any] = {}
+
+    def refresh(self) -> None:
+        with contextlib.suppress(self._psutil.Error):
+            for proc in self._psutil.Process(self.root).children(recursive=True):
+                self.seen.setdefault(proc.pid, proc)
+
+    def alive(self) -> list[Any]:
+        out = []
+        for proc in self.seen.values():
+            with contextlib.suppress(self._psutil.Error):
+                if proc.is_running() and proc.status() != self._psutil.STATUS_ZOMBIE:
+                    out.append(proc)
+        return out
+
+    def signal(self, signum: int) -> None:
+        for proc in self.alive():
+            with contextlib.suppress(self._psutil.Error):
+                proc.send_signal(signum)
+
+
+def run(executable: str, argv: Sequence[str], env: Mapping[str, str]) -> int:
+    """Start the server (``argv[0]`` as its name), supervise it, return its exit status."""
+    url = health_url(argv)
+    child = subprocess.Popen([executable, *argv[1:]], executable=executable, env=dict(env),
+                             preexec_fn=_die_with_parent)
+    tree = _Tree(child.pid)
+    stop: dict[str, Any] = {"signum": None, "at": 0.0, "starting": False, "stage": 0}
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        if stop["signum"] is None:
+            stop.update(signum=signum, at=time.monotonic(), starting=not answers(url))
+            if stop["starting"]:
+                print(f"vllm-hust-vspec: {signal.Signals(signum).name} while the server starts: "
+                      f"it gets {GRACE_S:.0f} s, then its processes are signalled, then killed",
+                      file=sys.stderr, flush=True)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child.pid, signum)
+
+    previous = {s: signal.signal(s, on_signal) for s in STOP_SIGNALS}
+    try:
+        while True:
+            try:
+                rc = child.wait(timeout=_POLL_S)
+                break
+            except subprocess.TimeoutExpired:
+                pass
+            tree.refresh()
+            if stop["signum"] is not None and stop["starting"]:
+                _escalate(child, tree, stop)
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+        if child.poll() is None:  # the launcher itself is ending (an error in this loop)
+            child.kill()
+            child.wait()
+        tree.signal(signal.SIGKILL)  # nothing the server started outlives it
+    if stop["stage"] == 2:  # ended on the stop signal, by the launcher's hand
+        return 128 + int(stop["signum"])
+    return rc if rc >= 0 else 128 - rc
+
+
+def _escalate(child: subprocess.Popen, tree: _Tree, stop: dict[str, Any]) -> None:
+    waited = time.monotonic() - stop["at"]
+    if stop["stage"] == 0 and waited >= GRACE_S:
+        stop["stage"] = 1
+        print(f"vllm-hust-vspec: the server did not stop in {GRACE_S:.0f} s: "
+              f"{signal.Signals(stop['signum']).name} to its {len(tree.alive())} processes",
+              file=sys.stderr, flush=True)
+        tree.signal(stop["signum"])
+    elif stop["stage"] == 1 and (waited >= 2 * GRACE_S or (
+            waited >= GRACE_S + _ALONE_S and not tree.alive())):
+        # the main process outlived its engine: its wait for the engine never ends by itself
+        stop["stage"] = 2
+        print(f"vllm-hust-vspec: the server did not stop in {waited:.0f} s: killed",
+              file=sys.stderr, flush=True)
+        tree.signal(signal.SIGKILL)
+        child.kill()
