@@ -197,3 +197,18 @@ def test_ascend_023_over_hust_017_fails_at_import(ascend: pathlib.Path, hust: pa
             and "cannot import over this vllm tree" in proc.stdout)
     assert "UNRESOLVED vllm_ascend.core.kv_cache_interface:13: " \
         "vllm.v1.kv_cache_spec_registry.KVCacheSpecRegistry" in proc.stdout
+
+
+# ---------------------------------------------------------------- vLLM 0.33.0
+
+def test_vllm_033_has_every_symbol_the_patches_touch() -> None:
+    """The newest vLLM on the index, checked statically (no 0.33 build runs here): every
+    symbol and signature of the vllm-family patches, the adaptive ones included."""
+    tree = _tree("vllm", "0.33.0")
+    for extra in ((), ("--adaptive",)):
+        rc, report = run("--vllm-root", str(tree), *extra)
+        assert rc == 0, report["missing"]
+        assert report["family"] == "vllm" and report["pairing"] is None
+        host = report["hosts"][0]
+        assert (host["distribution"], host["version"]) == ("vllm", "0.33.0")
+    assert len(report["checks"]) >= 100

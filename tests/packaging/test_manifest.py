@@ -64,11 +64,12 @@ def test_host_range_has_prerelease_lower_bound_and_covers_the_doctor_hosts() -> 
     lower = [s for s in spec if s.operator == ">="]
     assert len(lower) == 1 and Version(lower[0].version).is_prerelease
     # vLLM-HUST dev builds (distribution "vllm"), its PyPI release, Ascend's vLLM 0.23, the
-    # CPU host 0.32: all inside; a vLLM we have never probed is outside.
+    # CPU host 0.32, vLLM 0.33 (the doctor passes on its source): all inside; a vLLM we have
+    # never probed is outside.
     for host in ("0.17.2rc1.dev5871+g762f85b31.empty", "0.17.2.post1", "0.23.0",
-                 "0.25.1rc1+hust.20260903.4", "0.32.0"):
+                 "0.25.1rc1+hust.20260903.4", "0.32.0", "0.33.0"):
         assert spec.contains(host), host
-    for host in ("0.17.1", "0.33.0", "1.0.0"):
+    for host in ("0.17.1", "0.34.0", "1.0.0"):
         assert not spec.contains(host), host
 
 
