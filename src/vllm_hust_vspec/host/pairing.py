@@ -29,7 +29,7 @@ import pathlib
 import re
 
 from vllm_hust_vspec.fileio import write_atomic
-from vllm_hust_vspec.host.probe import SourceProbe, _imported_name
+from vllm_hust_vspec.host.probe import SourceProbe, _imported_name, import_source
 from vllm_hust_vspec.patchspec import Symbol
 
 
@@ -156,15 +156,7 @@ def _imports(stmt: ast.AST, module: str, path: pathlib.Path) -> list[tuple[str, 
     if isinstance(stmt, ast.Import):
         return [(alias.name, [None]) for alias in stmt.names]
     if isinstance(stmt, ast.ImportFrom):
-        if stmt.level:
-            package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-            base = package.split(".")
-            if stmt.level > 1:
-                base = base[: len(base) - (stmt.level - 1)]
-            src = ".".join(base + ([stmt.module] if stmt.module else []))
-        else:
-            src = stmt.module or ""
-        return [(src, [alias.name for alias in stmt.names])]
+        return [(import_source(stmt, module, path), [alias.name for alias in stmt.names])]
     return []
 
 

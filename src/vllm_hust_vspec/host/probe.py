@@ -338,17 +338,10 @@ def _imported_name(tree: ast.Module, module: str, path: pathlib.Path,
                    name: str) -> tuple[str, str | None] | None:
     """Where a module-level name comes from: ``(module, attribute)`` for ``from m import
     a as name``, ``(module, None)`` for ``import m as name``."""
-    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     result: tuple[str, str | None] | None = None
     for stmt in _top_statements(tree.body):
         if isinstance(stmt, ast.ImportFrom):
-            if stmt.level:
-                base = package.split(".")
-                if stmt.level > 1:
-                    base = base[: len(base) - (stmt.level - 1)]
-                src = ".".join(base + ([stmt.module] if stmt.module else []))
-            else:
-                src = stmt.module or ""
+            src = import_source(stmt, module, path)
             for alias in stmt.names:
                 if (alias.asname or alias.name) == name:
                     result = (src, alias.name)
@@ -359,3 +352,14 @@ def _imported_name(tree: ast.Module, module: str, path: pathlib.Path,
                 elif alias.asname is None and alias.name.split(".")[0] == name:
                     result = (name, None)
     return result
+
+
+def import_source(stmt: ast.ImportFrom, module: str, path: pathlib.Path) -> str:
+    """The absolute module a ``from ... import`` in ``module`` (file ``path``) reads from."""
+    if not stmt.level:
+        return stmt.module or ""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    base = package.split(".")
+    if stmt.level > 1:
+        base = base[: len(base) - (stmt.level - 1)]
+    return ".".join(base + ([stmt.module] if stmt.module else []))
