@@ -119,11 +119,13 @@ def test_manifest_layout(manifest: dict, fixtures_dir: pathlib.Path) -> None:
 def test_manifest_quality_bar(manifest: dict) -> None:
     """Exactly what the build guarantees (scripts/fixtures/params.py, recorded in the
     manifest): each drafter's MAL at K = 4 on each prompt set within the set's relative
-    tolerance of the reference, and ``hard`` below ``code`` by the margin, whatever machine built it."""
+    tolerance of the reference (5 % / 5 % / 10 % for a bf16 build on a CPU with native bf16,
+    25 % for a float32 build elsewhere), and ``hard`` below ``code`` by the margin."""
     P = _load_builder_module("params")  # the guarantee lives there, in the build hash
     promise = manifest["guarantee"]
     params = P.BuildParams(**{k: manifest["params"][k] for k in
-                              ("seed", "scale", "large_intermediate", "measure_mal", "threads")})
+                              ("seed", "scale", "large_intermediate", "measure_mal", "threads")},
+                           precision=P.precision_key(manifest["params"]["precision"]))
     assert promise == P.guarantee(params)
     if promise is None:
         pytest.skip(f"a build at --scale {params.scale} --seed {params.seed} guarantees no quality")
@@ -132,7 +134,8 @@ def test_manifest_quality_bar(manifest: dict) -> None:
     assert manifest["quality"] == check
     assert check["ok"], "\n".join(check["failures"])
     ref, tol = promise["mal_k4_reference"], promise["mal_k4_relative_tolerance"]
-    assert set(ref) == set(DRAFTERS) and tol["code"] == tol["prose"] == 0.05 and tol["hard"] <= 0.10
+    bound = (0.05, 0.05, 0.10) if params.precision == "bf16" else (0.25, 0.25, 0.25)
+    assert set(ref) == set(DRAFTERS) and (tol["code"], tol["prose"], tol["hard"]) == bound
     for name in DRAFTERS:  # the same check, written out
         for prompt_set, want in ref[name].items():
             assert abs(measured[name][prompt_set] - want) <= tol[prompt_set] * want, (name, prompt_set, measured[name])

@@ -94,12 +94,17 @@ def test_params_budgets_and_hash() -> None:
 
 
 def test_guarantee_only_at_the_full_budget() -> None:
-    promise = P.guarantee(P.BuildParams())
+    promise = P.guarantee(P.BuildParams(precision="bf16"))
     assert promise["mal_k4_reference"] == P.REFERENCE_MAL
     assert promise["mal_k4_relative_tolerance"] == P.MAL_TOLERANCE
     assert P.MAL_TOLERANCE["code"] == P.MAL_TOLERANCE["prose"] == 0.05 and P.MAL_TOLERANCE["hard"] <= 0.10
-    assert P.guarantee(P.BuildParams(threads=1)) == promise  # the promise holds whatever the thread count
-    assert P.guarantee(P.BuildParams(large_intermediate=8192)) == promise
+    # the promise holds whatever the thread count
+    assert P.guarantee(P.BuildParams(threads=1, precision="bf16")) == promise
+    assert P.guarantee(P.BuildParams(large_intermediate=8192, precision="bf16")) == promise
+    fp32 = P.guarantee(P.BuildParams(precision="fp32"))  # another draw: a looser promise
+    assert fp32["mal_k4_reference"] == P.REFERENCE_MAL
+    assert fp32["mal_k4_relative_tolerance"] == P.FP32_MAL_TOLERANCE == {"code": 0.25, "prose": 0.25, "hard": 0.25}
+    assert P.precision_key("float32") == "fp32" and P.precision_key("bf16 autocast, fp32 weights") == "bf16"
     for other in (P.BuildParams(scale=P.QUICK_SCALE), P.BuildParams(seed=1), P.BuildParams(measure_mal=False)):
         assert P.guarantee(other) is None
 
