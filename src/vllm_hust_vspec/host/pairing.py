@@ -122,32 +122,31 @@ class PairingCheck:
         return {m for m in out if self.probe.module_file(m) is not None}
 
     def _why_unresolved(self, source: str, name: str | None, depth: int = 0) -> str | None:
+        """Why ``from source import name`` fails in the host tree, or None where it resolves."""
         key = (source, name or "")
-        if key in self._resolved:
-            return self._resolved[key]
+        if key not in self._resolved:
+            self._resolved[key] = self._why(source, name, depth)
+        return self._resolved[key]
+
+    def _why(self, source: str, name: str | None, depth: int) -> str | None:
         path = self.probe.module_file(source)
         if path is None:
-            why: str | None = f"no module {source} in the host tree"
-        elif name is None or self.probe.module_file(f"{source}.{name}") is not None:
-            why = None
-        elif self.probe.probe(Symbol(source, name)).ok:
-            why = None
-        else:
-            why = f"{name} not defined in {source}"
-            tree = self.probe._parse(path)
-            if tree is not None and _imported_name(tree, source, path, name) is not None:
-                why = None  # bound there by an import (from the standard library, torch, ...)
-            elif tree is not None:
-                if any(isinstance(s, ast.FunctionDef) and s.name == "__getattr__" for s in tree.body):
-                    why = None
-                elif depth < 8:
-                    for stmt in tree.body:
-                        for src, names in _imports(stmt, source, path):
-                            if names == ["*"] and src.split(".")[0] == self.host_name \
-                                    and self._why_unresolved(src, name, depth + 1) is None:
-                                why = None
-        self._resolved[key] = why
-        return why
+            return f"no module {source} in the host tree"
+        if name is None or self.probe.module_file(f"{source}.{name}") is not None \
+                or self.probe.probe(Symbol(source, name)).ok:
+            return None
+        tree = self.probe._parse(path)
+        if tree is not None:
+            if _imported_name(tree, source, path, name) is not None:
+                return None  # bound there by an import (from the standard library, torch, ...)
+            if any(isinstance(s, ast.FunctionDef) and s.name == "__getattr__" for s in tree.body):
+                return None  # lazy names: accepted unseen
+            stars = [src for stmt in tree.body for src, names in _imports(stmt, source, path)
+                     if names == ["*"] and src.split(".")[0] == self.host_name]
+            if depth < 8 and any(self._why_unresolved(src, name, depth + 1) is None
+                                 for src in stars):
+                return None
+        return f"{name} not defined in {source}"
 
 
 def _imports(stmt: ast.AST, module: str, path: pathlib.Path) -> list[tuple[str, list]]:

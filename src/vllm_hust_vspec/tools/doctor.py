@@ -346,8 +346,7 @@ def render_text(report: dict[str, Any]) -> str:
             lines.append(f"{head}, {pairing['unresolved_count']} do not resolve: vllm_ascend "
                          "cannot import over this vllm tree (it follows one vLLM release); first:")
             for u in pairing["unresolved"][:10]:
-                what = f"{u['source']}.{u['name']}" if u["name"] else u["source"]
-                lines.append(f"  UNRESOLVED {u['module']}:{u['line']}: {what} ({u['detail']})")
+                lines.append(f"  UNRESOLVED {pairing_mod.Unresolved(**u)}")
     if report["missing"]:
         lines.append(f"MISSING {len(report['missing'])} symbol(s): "
                      + ", ".join(report["missing"]))
