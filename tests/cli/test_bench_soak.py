@@ -2,10 +2,12 @@
 
 One target-only reference server, then one plugin server per policy (``online``, and the
 ``sweep`` that forces every K in 0..Kmax with K = 0 stretches of 1, 8 and 64 steps), each
-started through the launcher with a KV cache of 10 blocks (1,280 tokens: vLLM preempts);
+started through the launcher with a KV cache of 36 blocks of 32 tokens (1,152 tokens: vLLM
+preempts, 19-20 times a policy here; with 10 blocks of 128 a request rarely crosses a block
+and a run preempted 0-3 times);
 32 streaming clients for 500 requests per policy, mixed prompt lengths, ``max_tokens`` 1-64, stop
 strings, 10% hung up mid-stream.  Every completed text must equal the reference, every
-cancelled one be a prefix of it; nothing lost or answered twice; preemptions > 0 (in either policy); vLLM's
+cancelled one be a prefix of it; nothing lost or answered twice; preemptions > 0 in each policy; vLLM's
 running and waiting counts back at 0; the engine core's RSS steady after warm-up; a fault
 drill at step 300 on each server (the controller raises there) survived with one fallback.
 """
@@ -35,21 +37,19 @@ def test_the_short_soak_loses_no_token(fixtures_dir, tmp_path):
     # 500 requests a policy (not a duration: a 2-core AVX2 machine serves 2.5x slower than a
     # bf16 one, and the drill's step and the preemptions follow the traffic, not the clock)
     proc = soak("--policies", "online,sweep", "--duration", "240", "--max-requests", "500",
-                "--clients", "32", "--kv-blocks", "10", "--inject-fault-at", "300",
+                "--clients", "32", "--kv-blocks", "36", "--inject-fault-at", "300",
                 "--output-dir", str(out),
                 "--", "--config", PRESET, "--max-num-seqs", "16", "--", "--dtype", "float32",
+                "--block-size", "32",
                 env=clean_env(HUST_VSPEC_MODEL_DIR=str(fixtures_dir)))
     doc = json.loads((out / "soak.json").read_text())
     table = proc.stdout[-3000:] + proc.stderr[-3000:]
     print(table)
     by_policy = {r["policy"]: r for r in doc["results"]}
     assert set(by_policy) == {"online", "sweep"}
-    # preemptions in 500 requests are few (0-3 a policy here): the short run asks for one in
-    # either policy; the 10-minute run of the note asks it of each (and got 5-32)
-    assert sum(r["preemptions"] for r in by_policy.values()) > 0, table
+    assert all(r["preemptions"] > 0 for r in by_policy.values()), table
     failed = {(p, c) for p, r in by_policy.items() for c, ok in r["checks"].items() if not ok}
-    assert all(c == "preempted" for _, c in failed), (failed, table)
-    assert proc.returncode == (1 if failed else 0), table
+    assert not failed and proc.returncode == 0, (failed, table)
     for policy, r in by_policy.items():
         assert r["mismatches"] == 0 and r["lost"] == 0 and r["duplicated"] == 0
         assert r["requests"] == 500 and r["completed"] >= 400 and r["cancelled"] >= 20, (policy, r)

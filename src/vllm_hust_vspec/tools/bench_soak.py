@@ -221,7 +221,11 @@ async def _traffic(url: str, model: str, jobs: list[Job], a: argparse.Namespace,
     outcomes: list[Outcome] = []
 
     async def client() -> None:
-        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=600)) as s:
+        # a new connection per request: a kept-alive one that the server closes as the
+        # next request goes out fails on the client's side (ServerDisconnectedError), and
+        # would be counted as a request the server lost
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=600),
+                                         connector=aiohttp.TCPConnector(force_close=True)) as s:
             while time.monotonic() < deadline and budget[0] > 0:
                 budget[0] -= 1
                 job = rng.choice(jobs)
@@ -540,6 +544,9 @@ def run_soak(a: argparse.Namespace, extra: Sequence[str]) -> int:
                "launcher_args": list(base.launcher_args), "results": results}
         write_atomic(out / "soak.json", json.dumps(doc, indent=2) + "\n")  # after each
     print(_table(results))
+    for s in results:  # why a request counts as lost or mismatched, the first few
+        for example in s["examples"][:5]:
+            print(f"soak: {s['policy']}: {json.dumps(example)}")
     print(f"soak: {out / 'soak.json'}")
     ok = all(all(s["checks"].values()) for s in results)
     if not ok:
