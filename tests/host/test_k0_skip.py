@@ -1,4 +1,5 @@
-"""K = 0 without a drafter forward, and exact resume (patch drafter-k0, the draft model).
+"""K = 0 without a drafter forward, and exact resume (patches drafter-k0 and eagle-k0: the
+draft model, EAGLE, EAGLE-3, MTP).
 
 One real CPU engine per run, float32, greedy.  The ``sweep`` policy forces K = 0 stretches
 of 1, 8 and 64 steps between K > 0 steps.  A run with ``adaptive_k0_drafter=skip`` (the
@@ -6,7 +7,9 @@ drafter sits out every K = 0 step and catches up before the next draft) must giv
 step, the same drafted and accepted counts as a run with ``adaptive_k0_drafter=run`` (the
 host's own K = 0 forward: a drafter that never sat out), and the same tokens as target-only.
 A third case adds requests that arrive and finish during the stretches (4 slots for 10
-prompts), chunked prefill (a 48-token step budget) and preemption (a KV cache of 24 blocks).
+prompts, two of them twice: prefix-cache hits), chunked prefill (a 48-token step budget) and
+preemption (a KV cache of 24 blocks).  The draft model runs every case; the EAGLE family
+(whose catch-up reads the target hidden states kept by KV slot) batch 8 and the last case.
 """
 
 from __future__ import annotations
@@ -35,13 +38,13 @@ SWEEP = [3, 3, 0, 3, 2] + [0] * 8 + [3, 1, 3] + [0] * 64 + [2, 3, 3, 0, 1]
 
 
 def drafter_of(llm):
-    """The draft-model proposer of an in-process engine (its sync state is on it)."""
+    """The proposer of an in-process engine (its sync state is on it)."""
     executor = llm.llm_engine.engine_core.engine_core.model_executor
     return executor.driver_worker.worker.model_runner.drafter
 
 
-def _run(fixtures, prompts, mode, trace, **engine):
-    model, spec = engine_spec(fixtures, "draft_model", KMAX)
+def _run(fixtures, method, prompts, mode, trace, **engine):
+    model, spec = engine_spec(fixtures, method, KMAX)
     preemptions = []
     with plugin_env(adaptive_policy="sweep", adaptive_sweep=SWEEP, adaptive_k0_drafter=mode,
                     adaptive_trace_file=trace):
@@ -67,18 +70,19 @@ def _run(fixtures, prompts, mode, trace, **engine):
             "trace_caught_up": sum(d["caught_up"] for d in drafter)}
 
 
-def _target(fixtures, prompts, **engine):
+def _target(model, prompts, **engine):
     with plugin_env(enabled=False):
-        llm = make_llm(fixtures / "target", **engine)
+        llm = make_llm(model, **engine)
         out = greedy(llm, prompts, MAX_TOKENS), prompt_ids(llm, prompts)
         close(llm)
     return out
 
 
-def _check(fixtures, prompts, tmp_path, **engine):
-    expected, ids = _target(fixtures, prompts, **engine)
-    skip = _run(fixtures, prompts, "skip", tmp_path / "skip.jsonl", **engine)
-    run = _run(fixtures, prompts, "run", tmp_path / "run.jsonl", **engine)
+def _check(fixtures, method, prompts, tmp_path, noisy=False, **engine):
+    model, _ = engine_spec(fixtures, method, KMAX)
+    expected, ids = _target(model, prompts, **engine)
+    skip = _run(fixtures, method, prompts, "skip", tmp_path / "skip.jsonl", **engine)
+    run = _run(fixtures, method, prompts, "run", tmp_path / "run.jsonl", **engine)
     assert skip["ks"] == run["ks"]
     # every stretch happened and was followed by drafting again
     runs, n = [], 0
@@ -89,33 +93,55 @@ def _check(fixtures, prompts, tmp_path, **engine):
             runs.append(n)
             n = 0
     assert {1, 8, 64} <= set(runs), runs
-    assert skip["results"] == run["results"]  # the same drafts, so the same acceptance
-    assert_lossless(expected, skip["tokens"], ids, fixtures / "target")
+    if noisy:
+        # the same drafted counts every step; acceptance equal but for near-ties (see below)
+        assert [r[:2] for r in skip["results"]] == [r[:2] for r in run["results"]]
+        differ = sum(a != b for a, b in zip(skip["results"], run["results"]))
+        acc_skip, acc_run = (sum(r[2] for r in x["results"]) for x in (skip, run))
+        assert differ <= 0.02 * len(run["results"]) and abs(acc_skip - acc_run) <= 0.03 * acc_run
+    else:
+        assert skip["results"] == run["results"]  # the same drafts, so the same acceptance
+    assert_lossless(expected, skip["tokens"], ids, model)
     assert skip["tokens"] == run["tokens"]
     s = skip["sync"]
     assert s.enabled and s.steps_skipped > 0 and s.tokens_caught_up > 0
+    assert (s.rows is not None) == (method != "draft_model")
     assert not run["sync"].enabled and run["sync"].steps_skipped == 0
     # the decision trace's account (engine side) is the workers' own
     assert (skip["trace_skipped"], skip["trace_caught_up"]) == (s.steps_skipped, s.tokens_caught_up)
     assert (run["trace_skipped"], run["trace_caught_up"]) == (0, 0)
     accepted = sum(r[2] for r in skip["results"])
-    print(f"K = 0 steps skipped {s.steps_skipped}, catch-up passes {s.passes_caught_up} over "
-          f"{s.tokens_caught_up} tokens; accepted {accepted} (equal in both runs); "
-          f"preemptions {skip['preemptions']}")
+    print(f"{method}: K = 0 steps skipped {s.steps_skipped}, catch-up passes {s.passes_caught_up} over "
+          f"{s.tokens_caught_up} tokens; accepted {accepted} (without skipping "
+          f"{sum(r[2] for r in run['results'])}); preemptions {skip['preemptions']}")
     assert accepted > 0
     return skip, run
 
 
-@pytest.mark.parametrize("batch", [1, 8])
+EAGLE_FAMILY = ("eagle", "eagle3", "mtp")
+
+
+@pytest.mark.parametrize(("method", "batch"), [("draft_model", 1), ("draft_model", 8)]
+                         + [(m, 8) for m in EAGLE_FAMILY])
 def test_drafts_after_k0_stretches_are_those_of_a_drafter_that_never_skipped(
-        fixtures_dir, tmp_path, batch):
+        fixtures_dir, tmp_path, method, batch):
     prompts = mixed_prompts(fixtures_dir, 8)[:batch]
-    _check(fixtures_dir, prompts, tmp_path, max_num_seqs=8)
+    _check(fixtures_dir, method, prompts, tmp_path, max_num_seqs=8)
 
 
-def test_arrivals_chunked_prefill_and_preemption_during_k0_stretches(fixtures_dir, tmp_path):
+@pytest.mark.parametrize("method", ("draft_model",) + EAGLE_FAMILY)
+def test_arrivals_chunked_prefill_and_preemption_during_k0_stretches(fixtures_dir, tmp_path,
+                                                                     method):
+    """A request restarted after preemption is caught up from 0, its prefix-cache hit too:
+    those positions' drafter KV is computed again in other batch shapes than the host's
+    passes.  float32 GEMMs on this CPU are not batch-invariant below 16 rows (a 768-wide
+    Linear, as EAGLE-3's combine_hidden_states: 6e-7 apart), so near-tie drafts may flip:
+    measured, EAGLE-3 differed in 4 of ~300 steps (142 vs 138 accepted; 0 without prefix
+    caching, 0 without preemption).  There the drafted counts stay equal and the acceptance
+    within 3%; the other methods measured exact and are held to it."""
     prompts = (mixed_prompts(fixtures_dir, 8) + mixed_prompts(fixtures_dir, 8)[:2])
-    skip, _ = _check(fixtures_dir, prompts, tmp_path, max_num_seqs=4,
+    skip, _ = _check(fixtures_dir, method, prompts, tmp_path, noisy=method == "eagle3",
+                     max_num_seqs=4,
                      max_num_batched_tokens=48, enable_chunked_prefill=True,
                      num_gpu_blocks_override=24, block_size=32)
     assert skip["preemptions"] > 0

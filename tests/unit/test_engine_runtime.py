@@ -76,7 +76,8 @@ def step_output(sched, drafts: dict[str, int]):
         num_scheduled_tokens={r: 1 + len(spec[r]) for r in ids},
         scheduled_spec_decode_tokens={r: t for r, t in spec.items() if t},
         total_num_scheduled_tokens=sum(1 + len(t) for t in spec.values()),
-        num_spec_tokens_to_schedule=max(drafts.values(), default=0))
+        num_spec_tokens_to_schedule=max(drafts.values(), default=0),
+        scheduled_new_reqs=[], scheduled_cached_reqs=SimpleNamespace(resumed_req_ids=set()))
     mro = SimpleNamespace(sampled_token_ids=[[1] for _ in ids],
                           req_id_to_index={r: i for i, r in enumerate(ids)})
     return out, mro
@@ -99,9 +100,9 @@ def run_step(rt, sched, drafted: dict[str, int], accept: int = 1) -> int:
 
 def test_a_0_to_3_jump_prices_k0_with_the_methods_drafter_passes():
     """Step 4 verifies drafts of K = 0 and drafts K = 3: its result says so (two Ks), its
-    drafter passes are those of K = 3, and the controller keeps the method's K = 0 passes (1
-    for EAGLE, whose drafter still runs at K = 0) instead of learning 3 from the mix (the old
-    bug)."""
+    drafter passes are those of K = 3, and the controller keeps the method's K = 0 passes (0
+    for EAGLE under synchronous scheduling, patch eagle-k0) instead of learning 3 from the
+    mix (the old bug)."""
     sched = scheduler(method="eagle", kmax=4)
     rt = runtime(sched, adaptive_policy="sweep", adaptive_sweep=[0, 0, 0, 3, 3, 3])
     drafted = dict.fromkeys(rt.scheduler.requests, 0)
@@ -112,13 +113,16 @@ def test_a_0_to_3_jump_prices_k0_with_the_methods_drafter_passes():
     assert jump.num_draft_steps == methods.draft_forwards("eagle", 3) == 3
     assert rt.seen[4].k_verified == rt.seen[4].k_drafted == 3
     assert [r.k_verified for r in rt.seen] == [4, 0, 0, 0, 3, 3]  # the first drafts: Kmax
-    assert rt.controller.cost.draft_min_steps == methods.draft_forwards("eagle", 0) == 1
+    assert rt.controller.cost.draft_min_steps == methods.draft_forwards("eagle", 0) == 0
 
 
-def test_the_draft_model_drafter_costs_nothing_at_k0_under_sync_scheduling():
-    """drafter-k0 skips the draft model's forward at K = 0 (synchronous scheduling only)."""
-    assert methods.draft_forwards("draft_model", 0) == 0
-    assert methods.draft_forwards("draft_model", 0, skip_k0=False) == 1
+def test_the_model_drafters_cost_nothing_at_k0_under_sync_scheduling():
+    """drafter-k0 and eagle-k0 skip the drafter's forward at K = 0 (synchronous scheduling
+    only); a drafter without the skip (dflash) still runs one."""
+    for method in ("draft_model", "eagle", "eagle3", "mtp"):
+        assert methods.draft_forwards(method, 0) == 0
+        assert methods.draft_forwards(method, 0, skip_k0=False) == 1
+    assert methods.draft_forwards("dflash", 0) == 1
     assert methods.draft_forwards("draft_model", 2) == 2
     rt = runtime(scheduler(kmax=4), adaptive_policy="fixed", adaptive_fixed_gamma=2)
     assert rt.controller.cost.draft_min_steps == 0
@@ -412,3 +416,26 @@ def test_the_hosts_v1_dynamic_sd_gate_is_respected(method, v2, varies, caplog):
 
 def test_no_gate_on_this_host():
     assert not methods.host_fixes_k(SimpleNamespace(use_v2_model_runner=False), "gemma4")
+
+
+def test_a_request_resumed_after_preemption_is_caught_up_from_0():
+    """A request preempted after drafting to position 10 and recomputed while the drafter
+    sits out (resumed_req_ids) is caught up from 0 at its next drafting step, even though
+    its first position there (12) is past its old account (10): its blocks are new."""
+    from vllm_hust_vspec.runtime.drafter_ledger import DrafterLedger
+
+    def out(scheduled, resumed=()):
+        return SimpleNamespace(num_scheduled_tokens=scheduled, scheduled_new_reqs=[],
+                               scheduled_cached_reqs=SimpleNamespace(resumed_req_ids=set(resumed)))
+
+    def req(n):
+        return {"a": SimpleNamespace(num_computed_tokens=n, is_finished=lambda: False)}
+
+    ledger = DrafterLedger()
+    ledger.before(req(10), out({"a": 1}))
+    ledger.after(1, 2, req(10))
+    assert ledger.synced == {"a": 10}
+    ledger.before(req(12), out({"a": 12}, resumed=["a"]))  # recomputed 0..11, K = 0
+    assert ledger.after(2, 0, req(12))["drafter"] == {"skipped": 1, "caught_up": 0}
+    ledger.before(req(14), out({"a": 2}))
+    assert ledger.after(3, 2, req(14))["drafter"] == {"skipped": 0, "caught_up": 12}

@@ -3,11 +3,12 @@ preparation; steps asked for draft signals arm the drafter's confidence recordin
 
 What:   wraps ``vllm.v1.worker.gpu_model_runner.GPUModelRunner.propose_draft_token_ids``
         (CPUModelRunner inherits it).
-        * On a K = 0 step that the draft model sits out (``drafter-k0``: synchronous
-          scheduling, ``adaptive_k0_drafter`` skip), it returns the empty (num_reqs, 0)
-          drafts at once (``runtime.drafter_sync.skipped_step``, which records the skip for
-          the catch-up), without the next-token and padded-input preparation the host does
-          before it calls the drafter.
+        * On a K = 0 step that the drafter sits out (``drafter-k0``, ``eagle-k0``:
+          synchronous scheduling, ``adaptive_k0_drafter`` skip), it returns the empty
+          (num_reqs, 0) drafts at once (``runtime.drafter_sync.skipped_step``, which records
+          the skip for the catch-up and, for the EAGLE family, keeps the step's target hidden
+          states), without the next-token and padded-input preparation the host does before
+          it calls the drafter.
         * When the step's ``SchedulerOutput`` carries the engine's request for draft signals
           (set by ``draft-confidence-request``) and the drafter is a ``SpecDecodeBaseProposer``
           (draft_model, EAGLE, EAGLE-3, MTP), the drafter records every drafting pass
@@ -17,7 +18,7 @@ What:   wraps ``vllm.v1.worker.gpu_model_runner.GPUModelRunner.propose_draft_tok
 Why:    only the runner sees both the engine's per-step request and the drafts; the arrays
         must be aligned with the rows ``take_draft_token_ids`` returns.  A K = 0 step's
         preparation is part of what K = 0 cost over target-only.
-Remove: with ``draft-confidence-sample`` and ``drafter-k0``.
+Remove: with ``draft-confidence-sample``, ``drafter-k0`` and ``eagle-k0``.
 """
 
 from __future__ import annotations
@@ -45,20 +46,26 @@ SPEC = PatchSpec(
 
 
 def make(original: Any) -> Any:
+    import inspect
+
     import torch
 
     from vllm.v1.spec_decode.llm_base_proposer import SpecDecodeBaseProposer
 
     from vllm_hust_vspec.patches import draft_confidence_signals as signals
-    from vllm_hust_vspec.runtime.drafter_sync import skipped_step
+    from vllm_hust_vspec.runtime.drafter_sync import note_step, skipped_step
 
     flag, records_attr, result_attr = signals.FLAG, signals.RECORDS, signals.RESULT
+    signature = inspect.signature(original)
 
     @functools.wraps(original)
     def propose_draft_token_ids(self: Any, scheduler_output: Any, *args: Any, **kwargs: Any) -> Any:
-        empty = skipped_step(self, scheduler_output)
-        if empty is not None:
-            return empty
+        note_step(self, scheduler_output)
+        if scheduler_output.num_spec_tokens_to_schedule == 0:  # the host passes positionals
+            inputs = signature.bind(self, scheduler_output, *args, **kwargs).arguments
+            empty = skipped_step(self, scheduler_output, inputs)
+            if empty is not None:
+                return empty
         drafter = self.__dict__.get("drafter")
         if not getattr(scheduler_output, flag, False) or not isinstance(
             drafter, SpecDecodeBaseProposer

@@ -41,6 +41,8 @@ SPEC = PatchSpec(
         Symbol("vllm.v1.worker.gpu_input_batch", "InputBatch.token_ids_cpu"),
         Symbol("vllm.v1.worker.block_table", "BlockTable.block_size"),
         Symbol("vllm.v1.attention.backend", "CommonAttentionMetadata"),
+        Symbol("vllm.v1.core.sched.output", "SchedulerOutput.scheduled_new_reqs"),
+        Symbol("vllm.v1.core.sched.output", "CachedRequestData.resumed_req_ids"),
         Symbol("vllm.forward_context", "set_forward_context"),
     ),
     process=PROCESS_WORKER,

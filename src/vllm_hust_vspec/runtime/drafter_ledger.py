@@ -18,6 +18,16 @@ from collections.abc import Mapping
 from typing import Any
 
 
+def restarted(scheduler_output: Any) -> set[str]:
+    """The requests a step (re)starts: new ones, and ones resumed after preemption (their
+    blocks are new; what the drafter had written for them is gone).  Their account starts
+    again at 0 (:func:`missed_from` of None), wherever their first position is: a request
+    recomputed past its old ``synced`` while the drafter sat out is caught up from 0."""
+    out = {r.req_id for r in scheduler_output.scheduled_new_reqs}
+    out.update(scheduler_output.scheduled_cached_reqs.resumed_req_ids)
+    return out
+
+
 def missed_from(synced: int | None, first: int) -> int:
     """The first position without valid drafter KV of a request whose step starts at
     ``first``, once some step was skipped: its ``synced`` count (0 when unseen), or 0 when
@@ -36,9 +46,12 @@ class DrafterLedger:
         self.tokens_caught_up = 0
         self._first: dict[str, int] = {}
 
-    def before(self, requests: Mapping[str, Any], scheduled: Mapping[str, int]) -> None:
+    def before(self, requests: Mapping[str, Any], scheduler_output: Any) -> None:
         """The step's requests and their first input positions (their computed tokens before
         the step: ``_update_after_schedule`` already added the scheduled ones)."""
+        for rid in restarted(scheduler_output):
+            self.synced.pop(rid, None)
+        scheduled = scheduler_output.num_scheduled_tokens
         self._first = {}
         for rid, n in scheduled.items():
             request = requests.get(rid)

@@ -1,4 +1,4 @@
-"""K = 0 without a drafter pass, and exact resume (worker side, the draft-model drafter).
+"""K = 0 without a drafter pass, and exact resume (worker side: draft model, EAGLE, EAGLE-3, MTP).
 
 vLLM 0.32 runs the drafter's first pass over every request even when a step drafts K = 0,
 to keep the drafter's KV cache in sync with the target; so K = 0 costs one drafter forward.
@@ -20,8 +20,12 @@ Before the first skip nothing is ever caught up: the host's own behaviour, bit f
 The skip itself happens one call earlier, in the runner (:func:`skipped_step`, patch
 ``draft-propose``): a K = 0 step never reaches the drafter.
 
-Methods that read target hidden states (EAGLE, EAGLE-3, MTP) would need those states for
-the missed positions; they keep the host's K = 0 forward (``methods.K0_SKIPPED``).
+EAGLE, EAGLE-3 and MTP read the target's hidden states: their drafter KV at position p comes
+from (token p+1, the target's hidden state at p).  For them every step keeps the hidden
+states the host hands the drafter in a table by KV slot (``runtime/hidden_rows.py``; on a
+step the drafter sits out, the rows the host would have handed it), and the catch-up pass
+feeds the missed positions their tokens shifted by one and their kept rows (EAGLE-3: through
+the head's ``combine_hidden_states``, as the host's first pass does).
 """
 
 from __future__ import annotations
@@ -33,8 +37,10 @@ from typing import Any
 import numpy as np
 
 from vllm_hust_vspec import settings as settings_mod
+from vllm_hust_vspec.methods import K0_HIDDEN as HIDDEN_METHODS  # read target hidden states
 from vllm_hust_vspec.methods import K0_SKIPPED as SKIP_METHODS  # K = 0 runs no forward
-from vllm_hust_vspec.runtime.drafter_ledger import missed_from
+from vllm_hust_vspec.runtime.drafter_ledger import missed_from, restarted
+from vllm_hust_vspec.runtime.hidden_rows import HiddenRows, slots_of
 
 _ATTR = "_vspec_drafter_sync"
 
@@ -49,6 +55,7 @@ class DrafterSync:
     steps_skipped: int = 0  # K = 0 steps that ran no drafter forward
     passes_caught_up: int = 0  # extra drafter passes run to resume
     tokens_caught_up: int = 0  # positions those passes recomputed
+    rows: HiddenRows | None = None  # EAGLE family: the target's hidden states by KV slot
 
     def gaps(self, req_ids: Sequence[str], first: np.ndarray) -> list[tuple[int, int, int]]:
         """``(row, start, end)`` for every request of this step whose drafter KV is missing
@@ -73,18 +80,38 @@ class DrafterSync:
             self.synced = {r: s for r, s in self.synced.items() if r in live}
 
 
-def skipped_step(runner: Any, scheduler_output: Any) -> Any | None:
+def note_step(runner: Any, scheduler_output: Any) -> None:
+    """Every step, before the drafter: the requests it (re)starts lose their account."""
+    drafter = runner.__dict__.get("drafter")
+    sync = drafter.__dict__.get(_ATTR) if drafter is not None else None
+    if sync is not None:
+        for rid in restarted(scheduler_output):
+            sync.synced.pop(rid, None)
+
+
+def skipped_step(runner: Any, scheduler_output: Any, inputs: dict[str, Any]) -> Any | None:
     """The empty drafts of a K = 0 step the drafter sits out (before the host prepares any
-    draft input), or None: the host proposes as usual."""
+    draft input), or None: the host proposes as usual.  ``inputs``: the keyword arguments of
+    ``propose_draft_token_ids`` (an EAGLE-family drafter's rows are kept from them)."""
     if scheduler_output.num_spec_tokens_to_schedule != 0:
         return None
     drafter = runner.__dict__.get("drafter")
     if getattr(drafter, "method", None) not in SKIP_METHODS:
         return None
-    sync = state_of(drafter)
+    sync = state_of(drafter, runner)
     if not sync.enabled:
         return None
     import torch
+
+    if sync.rows is not None:
+        n = int(scheduler_output.total_num_scheduled_tokens)
+        aux = inputs.get("aux_hidden_states")
+        if runner.use_aux_hidden_state_outputs and aux is not None:
+            hidden = torch.cat([h[:n] for h in aux], dim=-1)
+        else:
+            hidden = inputs["hidden_states"][:n]
+        keep_rows(sync, runner, inputs["common_attn_metadata"], runner._get_positions(n),
+                  hidden)
 
     sync.ever_skipped = True
     sync.steps_skipped += 1
@@ -94,24 +121,52 @@ def skipped_step(runner: Any, scheduler_output: Any) -> Any | None:
                        device=drafter.input_ids.device)
 
 
-def state_of(drafter: Any) -> DrafterSync:
+def state_of(drafter: Any, runner: Any) -> DrafterSync:
     sync = drafter.__dict__.get(_ATTR)
     if sync is None:
-        enabled = can_skip(drafter) and settings_mod.from_env().adaptive_k0_drafter == "skip"
-        sync = drafter.__dict__[_ATTR] = DrafterSync(enabled=enabled)
+        enabled = (can_skip(drafter, runner)
+                   and settings_mod.from_env().adaptive_k0_drafter == "skip")
+        rows = None
+        if enabled and drafter.method in HIDDEN_METHODS:
+            block_size = int(runner.input_batch.block_table[0].block_size)
+            rows = HiddenRows(int(runner.kv_cache_config.num_blocks) * block_size)
+        sync = drafter.__dict__[_ATTR] = DrafterSync(enabled=enabled, rows=rows)
     return sync
 
 
-def can_skip(drafter: Any) -> bool:
-    """The skip can apply: a draft-model drafter, synchronous scheduling, no context
-    parallelism, no M-RoPE (the catch-up writes plain positions and plain slots)."""
+def can_skip(drafter: Any, runner: Any) -> bool:
+    """The skip can apply: a draft-model or EAGLE-family drafter, synchronous scheduling, no
+    context parallelism, no M-RoPE (the catch-up writes plain positions and plain slots);
+    for the EAGLE family also one drafter input slot per token (no parallel drafting), the
+    target's vocabulary, no multimodal inputs, and the target's own hidden states (no
+    ``get_mtp_target_hidden_states`` override)."""
     config = drafter.vllm_config
     parallel = config.parallel_config
-    return (drafter.method in SKIP_METHODS
-            and not getattr(config.scheduler_config, "async_scheduling", False)
-            and getattr(parallel, "decode_context_parallel_size", 1) == 1
-            and getattr(parallel, "prefill_context_parallel_size", 1) == 1
-            and not drafter.uses_mrope)
+    plain = (drafter.method in SKIP_METHODS
+             and not getattr(config.scheduler_config, "async_scheduling", False)
+             and getattr(parallel, "decode_context_parallel_size", 1) == 1
+             and getattr(parallel, "prefill_context_parallel_size", 1) == 1
+             and not drafter.uses_mrope)
+    if not plain or drafter.method not in HIDDEN_METHODS:
+        return plain
+    model = runner.get_model() if runner is not None else None
+    return (runner is not None and not drafter.needs_extra_input_slots
+            and not drafter.use_heterogeneous_vocab and not drafter.supports_mm_inputs
+            and not hasattr(model, "get_mtp_target_hidden_states")
+            and len(runner.input_batch.block_table.block_tables) == 1)
+
+
+def keep_rows(sync: DrafterSync, runner: Any, cad: Any, positions: Any, hidden: Any) -> None:
+    """Keep the target's hidden states of this step's tokens (rows of ``cad``) by KV slot."""
+    import torch
+
+    table = cad.block_table_tensor
+    lens = torch.diff(cad.query_start_loc_cpu[: cad.batch_size() + 1]).to(torch.int64)
+    n = int(lens.sum())
+    owner = torch.repeat_interleave(torch.arange(len(lens)), lens).to(table.device)
+    block_size = int(runner.input_batch.block_table[0].block_size)
+    slots = slots_of(table, owner, positions[:n].to(table.device).to(torch.int64), block_size)
+    sync.rows.put(slots.to(hidden.device), hidden[:n])
 
 
 def propose(original: Any, drafter: Any, runner: Any, inputs: dict[str, Any]) -> Any:
@@ -120,13 +175,17 @@ def propose(original: Any, drafter: Any, runner: Any, inputs: dict[str, Any]) ->
     steps end in the runner, :func:`skipped_step`)."""
     import torch
 
-    sync = state_of(drafter)
-    if not sync.enabled or runner is None:
+    if runner is None:
+        return original(drafter, **inputs)
+    sync = state_of(drafter, runner)
+    if not sync.enabled:
         return original(drafter, **inputs)
     cad = inputs["common_attn_metadata"]
     rows = cad.batch_size()
     starts = cad.query_start_loc_cpu[: rows + 1].numpy().astype(np.int64)
     positions = inputs["target_positions"]
+    if sync.rows is not None:
+        keep_rows(sync, runner, cad, positions, inputs["target_hidden_states"])
     first = positions[torch.as_tensor(starts[:-1])].cpu().numpy().astype(np.int64)
     req_ids = list(runner.input_batch.req_ids[:rows])
     gaps = sync.gaps(req_ids, first)
@@ -144,9 +203,9 @@ def propose(original: Any, drafter: Any, runner: Any, inputs: dict[str, Any]) ->
 
 def catch_up(drafter: Any, runner: Any, cad: Any, gaps: list[tuple[int, int, int]],
              sync: DrafterSync) -> None:
-    """Run the draft model over each gap's tokens (positions ``start..end-1`` of its row),
-    writing its KV into the request's slots; gaps longer than the drafter's token buffer
-    go in several passes, in order."""
+    """Run the drafter over each gap (positions ``start..end-1`` of its row), writing its KV
+    into the request's slots; gaps longer than the drafter's token buffer go in several
+    passes, in order."""
     pending = [list(g) for g in gaps]
     limit = int(drafter.max_num_tokens)
     while pending:
@@ -164,9 +223,14 @@ def catch_up(drafter: Any, runner: Any, cad: Any, gaps: list[tuple[int, int, int
         sync.tokens_caught_up += sum(e - s for _, s, e in batch)
 
 
+def sync_rows(drafter: Any) -> HiddenRows | None:
+    return drafter.__dict__[_ATTR].rows
+
+
 def _pass(drafter: Any, runner: Any, cad: Any, chunk: list[tuple[int, int, int]]) -> None:
     """One drafter forward over ``chunk`` (rows of ``cad``, position ranges), like a prefill
-    chunk of those requests: causal attention over positions 0..end-1 of each."""
+    chunk of those requests: causal attention over positions 0..end-1 of each.  The draft
+    model reads each position's token; the EAGLE family the next token and the kept row."""
     import torch
     from vllm.config import CUDAGraphMode
     from vllm.forward_context import set_forward_context
@@ -178,7 +242,8 @@ def _pass(drafter: Any, runner: Any, cad: Any, chunk: list[tuple[int, int, int]]
     rows = [r for r, _, _ in chunk]
     lens = np.array([e - s for _, s, e in chunk], dtype=np.int64)
     ends = np.array([e for _, _, e in chunk], dtype=np.int64)
-    ids = np.concatenate([tokens[r, s:e] for r, s, e in chunk])
+    shift = 1 if sync_rows(drafter) is not None else 0
+    ids = np.concatenate([tokens[r, s + shift:e + shift] for r, s, e in chunk])
     pos = np.concatenate([np.arange(s, e, dtype=np.int64) for _, s, e in chunk])
     n = int(lens.sum())
     table = cad.block_table_tensor[torch.as_tensor(rows, device=cad.block_table_tensor.device)]
@@ -195,6 +260,11 @@ def _pass(drafter: Any, runner: Any, cad: Any, chunk: list[tuple[int, int, int]]
         causal=True, seq_lens_cpu_upper_bound=seq, positions=pos_t.to(device))
     drafter.input_ids[:n] = torch.as_tensor(ids, device=device, dtype=drafter.input_ids.dtype)
     drafter._set_positions(n, pos_t.to(device))
+    if shift:
+        hidden = sync_rows(drafter).get(slots.to(drafter.hidden_states.device))
+        if drafter.method == "eagle3":  # as the host's first pass (llm_base_proposer.propose)
+            hidden = drafter.model.combine_hidden_states(hidden)
+        drafter.hidden_states[:n] = hidden
     _, per_layer = drafter.build_per_group_and_layer_attn_metadata(meta)
     model_kwargs, _ = drafter.build_model_inputs_first_pass(n, n, None)
     with set_forward_context(per_layer, drafter.vllm_config, num_tokens=n,

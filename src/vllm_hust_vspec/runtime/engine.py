@@ -321,7 +321,7 @@ class EngineRuntime:
         self._positions = {}
         self.clock.arrived(time.perf_counter())
         if self.ledger is not None and self.k_override is None:
-            self.ledger.before(self.scheduler.requests, scheduler_output.num_scheduled_tokens)
+            self.ledger.before(self.scheduler.requests, scheduler_output)
         sampled = model_runner_output.sampled_token_ids
         if not sampled or not self.outputs.wants_requests:
             return

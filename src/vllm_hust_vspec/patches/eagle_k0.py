@@ -1,0 +1,65 @@
+"""Patch ``EagleProposer.propose``: EAGLE, EAGLE-3 and MTP resume exactly after K = 0 steps.
+
+What:   sets ``vllm.v1.spec_decode.eagle.EagleProposer.propose`` (inherited from
+        ``SpecDecodeBaseProposer``) to the wrapper of ``drafter-k0``, which hands the call
+        to :func:`vllm_hust_vspec.runtime.drafter_sync.propose`: every drafting step keeps
+        the target hidden states it hands the drafter (by KV slot,
+        ``runtime/hidden_rows.py``), and before the first drafting step after K = 0 steps
+        (which ``draft-propose`` ends before they reach the drafter, keeping their hidden
+        states) one extra drafter pass runs over the positions each request missed, with
+        their next tokens and kept hidden states, so the drafts are those of a drafter that
+        never sat out.
+Why:    vLLM 0.32/0.33 run the drafter's first pass at K = 0 "to keep the drafter KV cache
+        in sync" (``llm_base_proposer.py``); and TensorRT-LLM, which skips it, drafts from
+        rows never written once speculation resumes.
+Remove: when vLLM skips the drafter at K = 0 and catches it up itself.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vllm_hust_vspec.patchspec import PROCESS_WORKER, PatchSpec, Symbol
+
+_BASE = "vllm.v1.spec_decode.llm_base_proposer"
+_RUNNER = "vllm.v1.worker.gpu_model_runner"
+
+SPEC = PatchSpec(
+    name="eagle-k0",
+    target=Symbol("vllm.v1.spec_decode.eagle", "EagleProposer.propose",
+                  params=("num_speculative_tokens", "target_token_ids", "target_positions",
+                          "target_hidden_states", "common_attn_metadata",
+                          "num_rejected_tokens_gpu")),
+    requires=(
+        Symbol(_BASE, "SpecDecodeBaseProposer.build_per_group_and_layer_attn_metadata"),
+        Symbol(_BASE, "SpecDecodeBaseProposer.build_model_inputs_first_pass"),
+        Symbol(_BASE, "SpecDecodeBaseProposer._set_positions"),
+        Symbol(_BASE, "SpecDecodeBaseProposer._get_slot_mapping"),
+        Symbol(_BASE, "SpecDecodeBaseProposer.input_ids"),
+        Symbol(_BASE, "SpecDecodeBaseProposer.hidden_states"),
+        Symbol(_BASE, "SpecDecodeBaseProposer.max_num_tokens"),
+        Symbol(_BASE, "SpecDecodeBaseProposer.needs_extra_input_slots"),
+        Symbol(_BASE, "SpecDecodeBaseProposer.use_heterogeneous_vocab"),
+        Symbol(_RUNNER, "GPUModelRunner.propose_draft_token_ids",
+               params=("hidden_states", "aux_hidden_states", "common_attn_metadata")),
+        Symbol(_RUNNER, "GPUModelRunner._get_positions"),
+        Symbol(_RUNNER, "GPUModelRunner.use_aux_hidden_state_outputs"),
+        Symbol("vllm.v1.worker.gpu_input_batch", "InputBatch.token_ids_cpu"),
+        Symbol("vllm.v1.worker.block_table", "MultiGroupBlockTable.block_tables"),
+        Symbol("vllm.v1.attention.backend", "CommonAttentionMetadata"),
+        Symbol("vllm.v1.core.sched.output", "SchedulerOutput.scheduled_new_reqs"),
+        Symbol("vllm.v1.core.sched.output", "CachedRequestData.resumed_req_ids"),
+        Symbol("vllm.forward_context", "set_forward_context"),
+    ),
+    process=PROCESS_WORKER,
+    methods=("eagle", "eagle3", "mtp"),
+    why="no drafter forward at K = 0; the missed positions are caught up from the kept "
+        "target hidden states before the next draft",
+    remove_when="vLLM skips the drafter at K = 0 and catches it up itself",
+)
+
+
+def make(original: Any) -> Any:
+    from vllm_hust_vspec.patches import drafter_k0
+
+    return drafter_k0.make(original)
