@@ -9,7 +9,7 @@ and a run preempted 0-3 times);
 strings, 10% hung up mid-stream.  Every completed text must equal the reference, every
 cancelled one be a prefix of it; nothing lost or answered twice; preemptions > 0 in each policy; vLLM's
 running and waiting counts back at 0; the engine core's RSS steady after warm-up; a fault
-drill at step 300 on each server (the controller raises there) survived with one fallback.
+drill at step 200 on each server (the controller raises there) survived with one fallback.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def test_the_short_soak_loses_no_token(fixtures_dir, tmp_path):
     # 500 requests a policy (not a duration: a 2-core AVX2 machine serves 2.5x slower than a
     # bf16 one, and the drill's step and the preemptions follow the traffic, not the clock)
     proc = soak("--policies", "online,sweep", "--duration", "240", "--max-requests", "500",
-                "--clients", "32", "--kv-blocks", "36", "--inject-fault-at", "300",
+                "--clients", "32", "--kv-blocks", "36", "--inject-fault-at", "200",
                 "--output-dir", str(out),
                 "--", "--config", PRESET, "--max-num-seqs", "16", "--", "--dtype", "float32",
                 "--block-size", "32",
@@ -55,14 +55,19 @@ def test_the_short_soak_loses_no_token(fixtures_dir, tmp_path):
         assert r["requests"] == 500 and r["completed"] >= 400 and r["cancelled"] >= 20, (policy, r)
         assert r["characters_compared"] > 5_000
         assert r["running_at_end"] == 0 and r["waiting_at_end"] == 0
-        # the fault drill at step 300: one fallback, survived, every token still exact
+        # the fault drill at step 200: one fallback, survived, every token still exact
         assert r["server_alive_at_end"] and r["faults_injected"] == r["fallbacks"] == 1
     sweep = {int(k): n for k, n in by_policy["sweep"]["k_hist"].items()}
     assert set(sweep) == set(range(KMAX + 1))  # every K was forced ...
     assert sweep[0] == max(sweep.values())  # ... the K = 0 stretches dominate ...
     online = {int(k): n for k, n in by_policy["online"]["k_hist"].items()}
-    assert sum(n for k, n in sweep.items() if k > 0) >= 30  # ... and K > 0 ran a while
-    assert sum(online.values()) > 400
+    # ... and K > 0 ran a while (two of the sweep's 97-step cycles before the drill: 32)
+    assert sum(n for k, n in sweep.items() if k > 0) >= 24
+    # online decided every step up to the drill at step 200 (its fallback is checked above)
+    # and drafted on most of them (measured with the drill at 300: 293 of 309 and of 350
+    # decisions at K > 0; its step count follows its acceptance, not the clock: 309 steps
+    # left a drill at 300 nine steps to spare)
+    assert sum(online.values()) > 200 and sum(n for k, n in online.items() if k > 0) >= 150
 
 
 def test_bad_soak_input_is_one_error_before_any_server(tmp_path):

@@ -145,3 +145,29 @@ def test_arrivals_chunked_prefill_and_preemption_during_k0_stretches(fixtures_di
                      max_num_batched_tokens=48, enable_chunked_prefill=True,
                      num_gpu_blocks_override=24, block_size=32)
     assert skip["preemptions"] > 0
+
+
+def test_a_fault_in_the_skip_falls_back_to_the_hosts_drafter(fixtures_dir, tmp_path, monkeypatch):
+    """A fault in our own worker code (injected into HiddenRows.put, the plugin's, at its 40th
+    call; vLLM itself is untouched) never takes the engine down: the worker logs it, drops the
+    skip and its hidden-state table, the host's drafter runs from then on, and every token
+    still equals target-only."""
+    from vllm_hust_vspec.runtime.hidden_rows import HiddenRows
+
+    model, _ = engine_spec(fixtures_dir, "eagle", KMAX)
+    prompts = mixed_prompts(fixtures_dir, 8)[:4]
+    expected, ids = _target(model, prompts, max_num_seqs=4)
+    put, calls = HiddenRows.put, []
+
+    def failing(self, slots, rows):
+        calls.append(1)
+        if len(calls) == 40:
+            raise RuntimeError("fault injected into HiddenRows.put")
+        return put(self, slots, rows)
+
+    monkeypatch.setattr(HiddenRows, "put", failing)
+    out = _run(fixtures_dir, "eagle", prompts, "skip", tmp_path / "fault.jsonl", max_num_seqs=4)
+    assert_lossless(expected, out["tokens"], ids, model)
+    s = out["sync"]
+    assert len(calls) == 40 and s.faults == 1 and not s.enabled and s.rows is None
+    assert s.steps_skipped > 0  # it had skipped before the fault

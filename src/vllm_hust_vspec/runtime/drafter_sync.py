@@ -31,6 +31,7 @@ the head's ``combine_hidden_states``, as the host's first pass does).
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -43,6 +44,7 @@ from vllm_hust_vspec.runtime.drafter_ledger import missed_from, restarted
 from vllm_hust_vspec.runtime.hidden_rows import HiddenRows, slots_of
 
 _ATTR = "_vspec_drafter_sync"
+logger = logging.getLogger("vllm_hust_vspec")
 
 
 @dataclasses.dataclass
@@ -56,6 +58,7 @@ class DrafterSync:
     passes_caught_up: int = 0  # extra drafter passes run to resume
     tokens_caught_up: int = 0  # positions those passes recomputed
     rows: HiddenRows | None = None  # EAGLE family: the target's hidden states by KV slot
+    faults: int = 0  # faults in the skip or the catch-up (the first one ends the skip)
 
     def gaps(self, req_ids: Sequence[str], first: np.ndarray) -> list[tuple[int, int, int]]:
         """``(row, start, end)`` for every request of this step whose drafter KV is missing
@@ -104,14 +107,18 @@ def skipped_step(runner: Any, scheduler_output: Any, inputs: dict[str, Any]) -> 
     import torch
 
     if sync.rows is not None:
-        n = int(scheduler_output.total_num_scheduled_tokens)
-        aux = inputs.get("aux_hidden_states")
-        if runner.use_aux_hidden_state_outputs and aux is not None:
-            hidden = torch.cat([h[:n] for h in aux], dim=-1)
-        else:
-            hidden = inputs["hidden_states"][:n]
-        keep_rows(sync, runner, inputs["common_attn_metadata"], runner._get_positions(n),
-                  hidden)
+        try:
+            n = int(scheduler_output.total_num_scheduled_tokens)
+            aux = inputs.get("aux_hidden_states")
+            if runner.use_aux_hidden_state_outputs and aux is not None:
+                hidden = torch.cat([h[:n] for h in aux], dim=-1)
+            else:
+                hidden = inputs["hidden_states"][:n]
+            keep_rows(sync, runner, inputs["common_attn_metadata"],
+                      runner._get_positions(n), hidden)
+        except Exception:  # noqa: BLE001 (never take the engine down: the host's K = 0 runs)
+            give_up(sync, "keeping the target's hidden states")
+            return None
 
     sync.ever_skipped = True
     sync.steps_skipped += 1
@@ -124,14 +131,30 @@ def skipped_step(runner: Any, scheduler_output: Any, inputs: dict[str, Any]) -> 
 def state_of(drafter: Any, runner: Any) -> DrafterSync:
     sync = drafter.__dict__.get(_ATTR)
     if sync is None:
-        enabled = (can_skip(drafter, runner)
-                   and settings_mod.from_env().adaptive_k0_drafter == "skip")
-        rows = None
-        if enabled and drafter.method in HIDDEN_METHODS:
-            block_size = int(runner.input_batch.block_table[0].block_size)
-            rows = HiddenRows(int(runner.kv_cache_config.num_blocks) * block_size)
-        sync = drafter.__dict__[_ATTR] = DrafterSync(enabled=enabled, rows=rows)
+        sync = drafter.__dict__[_ATTR] = DrafterSync(enabled=False)
+        try:
+            enabled = (can_skip(drafter, runner)
+                       and settings_mod.from_env().adaptive_k0_drafter == "skip")
+            if enabled and drafter.method in HIDDEN_METHODS:
+                block_size = int(runner.input_batch.block_table[0].block_size)
+                sync.rows = HiddenRows(int(runner.kv_cache_config.num_blocks) * block_size)
+            sync.enabled = enabled
+        except Exception:  # noqa: BLE001 (the host's K = 0 forward runs instead)
+            give_up(sync, "setting up")
     return sync
+
+
+def give_up(sync: DrafterSync, where: str) -> None:
+    """A fault in the skip or the catch-up (called inside ``except``): log it once and let
+    the host's own drafter run from now on, K = 0 included.  Outputs stay exact (every
+    draft is verified); requests that missed positions draft from stale drafter KV until
+    they finish, so their acceptance may drop."""
+    logger.exception("vllm-hust-vspec: the drafter's K = 0 skip failed (%s); this worker "
+                     "runs the host's drafter at every K from now on (outputs are "
+                     "unchanged)", where)
+    sync.enabled = False
+    sync.rows = None
+    sync.faults += 1
 
 
 def can_skip(drafter: Any, runner: Any) -> bool:
@@ -180,17 +203,21 @@ def propose(original: Any, drafter: Any, runner: Any, inputs: dict[str, Any]) ->
     sync = state_of(drafter, runner)
     if not sync.enabled:
         return original(drafter, **inputs)
-    cad = inputs["common_attn_metadata"]
-    rows = cad.batch_size()
-    starts = cad.query_start_loc_cpu[: rows + 1].numpy().astype(np.int64)
-    positions = inputs["target_positions"]
-    if sync.rows is not None:
-        keep_rows(sync, runner, cad, positions, inputs["target_hidden_states"])
-    first = positions[torch.as_tensor(starts[:-1])].cpu().numpy().astype(np.int64)
-    req_ids = list(runner.input_batch.req_ids[:rows])
-    gaps = sync.gaps(req_ids, first)
-    if gaps:
-        catch_up(drafter, runner, cad, gaps, sync)
+    try:
+        cad = inputs["common_attn_metadata"]
+        rows = cad.batch_size()
+        starts = cad.query_start_loc_cpu[: rows + 1].numpy().astype(np.int64)
+        positions = inputs["target_positions"]
+        if sync.rows is not None:
+            keep_rows(sync, runner, cad, positions, inputs["target_hidden_states"])
+        first = positions[torch.as_tensor(starts[:-1])].cpu().numpy().astype(np.int64)
+        req_ids = list(runner.input_batch.req_ids[:rows])
+        gaps = sync.gaps(req_ids, first)
+        if gaps:
+            catch_up(drafter, runner, cad, gaps, sync)
+    except Exception:  # noqa: BLE001 (never take the engine down: the host drafts as usual)
+        give_up(sync, "catching the drafter up")
+        return original(drafter, **inputs)
     drafts = original(drafter, **inputs)
     covered = first + np.diff(starts)
     rejected = inputs.get("num_rejected_tokens_gpu")
