@@ -24,27 +24,30 @@ from vllm_hust_vspec.patchspec import PROCESS_WORKER, PatchSpec, Symbol
 _BASE = "vllm.v1.spec_decode.llm_base_proposer"
 _RUNNER = "vllm.v1.worker.gpu_model_runner"
 
+# What the catch-up pass (runtime/drafter_sync.py) reads of the host, for eagle-k0 too.
+CATCH_UP_REQUIRES = (
+    Symbol(_BASE, "SpecDecodeBaseProposer.build_per_group_and_layer_attn_metadata"),
+    Symbol(_BASE, "SpecDecodeBaseProposer.build_model_inputs_first_pass"),
+    Symbol(_BASE, "SpecDecodeBaseProposer._set_positions"),
+    Symbol(_BASE, "SpecDecodeBaseProposer._get_slot_mapping"),
+    Symbol(_BASE, "SpecDecodeBaseProposer.input_ids"),
+    Symbol(_BASE, "SpecDecodeBaseProposer.max_num_tokens"),
+    Symbol(_RUNNER, "GPUModelRunner.propose_draft_token_ids"),
+    Symbol(_RUNNER, "GPUModelRunner.input_batch"),
+    Symbol("vllm.v1.worker.gpu_input_batch", "InputBatch.token_ids_cpu"),
+    Symbol("vllm.v1.worker.block_table", "BlockTable.block_size"),
+    Symbol("vllm.v1.attention.backend", "CommonAttentionMetadata"),
+    Symbol("vllm.v1.core.sched.output", "SchedulerOutput.scheduled_new_reqs"),
+    Symbol("vllm.v1.core.sched.output", "CachedRequestData.resumed_req_ids"),
+    Symbol("vllm.forward_context", "set_forward_context"),
+)
+
 SPEC = PatchSpec(
     name="drafter-k0",
     target=Symbol("vllm.v1.spec_decode.draft_model", "DraftModelProposer.propose",
                   params=("num_speculative_tokens", "target_token_ids", "target_positions",
                           "common_attn_metadata", "num_rejected_tokens_gpu")),
-    requires=(
-        Symbol(_BASE, "SpecDecodeBaseProposer.build_per_group_and_layer_attn_metadata"),
-        Symbol(_BASE, "SpecDecodeBaseProposer.build_model_inputs_first_pass"),
-        Symbol(_BASE, "SpecDecodeBaseProposer._set_positions"),
-        Symbol(_BASE, "SpecDecodeBaseProposer._get_slot_mapping"),
-        Symbol(_BASE, "SpecDecodeBaseProposer.input_ids"),
-        Symbol(_BASE, "SpecDecodeBaseProposer.max_num_tokens"),
-        Symbol(_RUNNER, "GPUModelRunner.propose_draft_token_ids"),
-        Symbol(_RUNNER, "GPUModelRunner.input_batch"),
-        Symbol("vllm.v1.worker.gpu_input_batch", "InputBatch.token_ids_cpu"),
-        Symbol("vllm.v1.worker.block_table", "BlockTable.block_size"),
-        Symbol("vllm.v1.attention.backend", "CommonAttentionMetadata"),
-        Symbol("vllm.v1.core.sched.output", "SchedulerOutput.scheduled_new_reqs"),
-        Symbol("vllm.v1.core.sched.output", "CachedRequestData.resumed_req_ids"),
-        Symbol("vllm.forward_context", "set_forward_context"),
-    ),
+    requires=CATCH_UP_REQUIRES,
     process=PROCESS_WORKER,
     methods=("draft_model",),
     why="no drafter forward at K = 0; the missed tokens are caught up before the next draft",

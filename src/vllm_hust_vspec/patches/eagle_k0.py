@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from vllm_hust_vspec.patchspec import PROCESS_WORKER, PatchSpec, Symbol
+from vllm_hust_vspec.patches.drafter_k0 import CATCH_UP_REQUIRES
 
 _BASE = "vllm.v1.spec_decode.llm_base_proposer"
 _RUNNER = "vllm.v1.worker.gpu_model_runner"
@@ -30,26 +31,15 @@ SPEC = PatchSpec(
                   params=("num_speculative_tokens", "target_token_ids", "target_positions",
                           "target_hidden_states", "common_attn_metadata",
                           "num_rejected_tokens_gpu")),
-    requires=(
-        Symbol(_BASE, "SpecDecodeBaseProposer.build_per_group_and_layer_attn_metadata"),
-        Symbol(_BASE, "SpecDecodeBaseProposer.build_model_inputs_first_pass"),
-        Symbol(_BASE, "SpecDecodeBaseProposer._set_positions"),
-        Symbol(_BASE, "SpecDecodeBaseProposer._get_slot_mapping"),
-        Symbol(_BASE, "SpecDecodeBaseProposer.input_ids"),
+    requires=CATCH_UP_REQUIRES + (
         Symbol(_BASE, "SpecDecodeBaseProposer.hidden_states"),
-        Symbol(_BASE, "SpecDecodeBaseProposer.max_num_tokens"),
         Symbol(_BASE, "SpecDecodeBaseProposer.needs_extra_input_slots"),
         Symbol(_BASE, "SpecDecodeBaseProposer.use_heterogeneous_vocab"),
         Symbol(_RUNNER, "GPUModelRunner.propose_draft_token_ids",
                params=("hidden_states", "aux_hidden_states", "common_attn_metadata")),
         Symbol(_RUNNER, "GPUModelRunner._get_positions"),
         Symbol(_RUNNER, "GPUModelRunner.use_aux_hidden_state_outputs"),
-        Symbol("vllm.v1.worker.gpu_input_batch", "InputBatch.token_ids_cpu"),
         Symbol("vllm.v1.worker.block_table", "MultiGroupBlockTable.block_tables"),
-        Symbol("vllm.v1.attention.backend", "CommonAttentionMetadata"),
-        Symbol("vllm.v1.core.sched.output", "SchedulerOutput.scheduled_new_reqs"),
-        Symbol("vllm.v1.core.sched.output", "CachedRequestData.resumed_req_ids"),
-        Symbol("vllm.forward_context", "set_forward_context"),
     ),
     process=PROCESS_WORKER,
     methods=("eagle", "eagle3", "mtp"),
