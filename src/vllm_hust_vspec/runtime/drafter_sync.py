@@ -95,9 +95,8 @@ def note_step(runner: Any, scheduler_output: Any) -> None:
 def skipped_step(runner: Any, scheduler_output: Any, inputs: dict[str, Any]) -> Any | None:
     """The empty drafts of a K = 0 step the drafter sits out (before the host prepares any
     draft input), or None: the host proposes as usual.  ``inputs``: the keyword arguments of
-    ``propose_draft_token_ids`` (an EAGLE-family drafter's rows are kept from them)."""
-    if scheduler_output.num_spec_tokens_to_schedule != 0:
-        return None
+    ``propose_draft_token_ids`` (an EAGLE-family drafter's rows are kept from them).  Called
+    by ``draft-propose`` on the steps that draft K = 0 only."""
     drafter = runner.__dict__.get("drafter")
     if getattr(drafter, "method", None) not in SKIP_METHODS:
         return None
@@ -137,7 +136,7 @@ def state_of(drafter: Any, runner: Any) -> DrafterSync:
                        and settings_mod.from_env().adaptive_k0_drafter == "skip")
             if enabled and drafter.method in HIDDEN_METHODS:
                 block_size = int(runner.input_batch.block_table[0].block_size)
-                sync.rows = HiddenRows(int(runner.kv_cache_config.num_blocks) * block_size)
+                sync.rows = HiddenRows(int(runner.kv_cache_config.num_blocks), block_size)
             sync.enabled = enabled
         except Exception:  # noqa: BLE001 (the host's K = 0 forward runs instead)
             give_up(sync, "setting up")
@@ -187,8 +186,8 @@ def keep_rows(sync: DrafterSync, runner: Any, cad: Any, positions: Any, hidden: 
     lens = torch.diff(cad.query_start_loc_cpu[: cad.batch_size() + 1]).to(torch.int64)
     n = int(lens.sum())
     owner = torch.repeat_interleave(torch.arange(len(lens)), lens).to(table.device)
-    block_size = int(runner.input_batch.block_table[0].block_size)
-    slots = slots_of(table, owner, positions[:n].to(table.device).to(torch.int64), block_size)
+    slots = slots_of(table, owner, positions[:n].to(table.device).to(torch.int64),
+                     sync.rows.block_size)
     sync.rows.put(slots.to(hidden.device), hidden[:n])
 
 
@@ -245,19 +244,17 @@ def catch_up(drafter: Any, runner: Any, cad: Any, gaps: list[tuple[int, int, int
             g[1] += take
             room -= take
         pending = [g for g in pending if g[1] < g[2]]
-        _pass(drafter, runner, cad, batch)
+        _pass(drafter, runner, cad, batch, sync.rows)
         sync.passes_caught_up += 1
         sync.tokens_caught_up += sum(e - s for _, s, e in batch)
 
 
-def sync_rows(drafter: Any) -> HiddenRows | None:
-    return drafter.__dict__[_ATTR].rows
-
-
-def _pass(drafter: Any, runner: Any, cad: Any, chunk: list[tuple[int, int, int]]) -> None:
+def _pass(drafter: Any, runner: Any, cad: Any, chunk: list[tuple[int, int, int]],
+          kept: HiddenRows | None) -> None:
     """One drafter forward over ``chunk`` (rows of ``cad``, position ranges), like a prefill
     chunk of those requests: causal attention over positions 0..end-1 of each.  The draft
-    model reads each position's token; the EAGLE family the next token and the kept row."""
+    model reads each position's token; the EAGLE family (``kept``: its kept hidden states)
+    the next token and the kept row."""
     import torch
     from vllm.config import CUDAGraphMode
     from vllm.forward_context import set_forward_context
@@ -269,15 +266,14 @@ def _pass(drafter: Any, runner: Any, cad: Any, chunk: list[tuple[int, int, int]]
     rows = [r for r, _, _ in chunk]
     lens = np.array([e - s for _, s, e in chunk], dtype=np.int64)
     ends = np.array([e for _, _, e in chunk], dtype=np.int64)
-    shift = 1 if sync_rows(drafter) is not None else 0
+    shift = 1 if kept is not None else 0
     ids = np.concatenate([tokens[r, s + shift:e + shift] for r, s, e in chunk])
     pos = np.concatenate([np.arange(s, e, dtype=np.int64) for _, s, e in chunk])
     n = int(lens.sum())
     table = cad.block_table_tensor[torch.as_tensor(rows, device=cad.block_table_tensor.device)]
     owner = torch.as_tensor(np.repeat(np.arange(len(chunk)), lens), device=table.device)
     pos_t = torch.as_tensor(pos, device=table.device)
-    slots = (table[owner, pos_t // block_size].to(torch.int64) * block_size
-             + pos_t % block_size).to(device)
+    slots = slots_of(table, owner, pos_t, block_size).to(device)
     qsl = torch.as_tensor(np.concatenate([[0], np.cumsum(lens)]), dtype=torch.int32)
     seq = torch.as_tensor(ends, dtype=torch.int32)
     meta = CommonAttentionMetadata(
@@ -287,8 +283,8 @@ def _pass(drafter: Any, runner: Any, cad: Any, chunk: list[tuple[int, int, int]]
         causal=True, seq_lens_cpu_upper_bound=seq, positions=pos_t.to(device))
     drafter.input_ids[:n] = torch.as_tensor(ids, device=device, dtype=drafter.input_ids.dtype)
     drafter._set_positions(n, pos_t.to(device))
-    if shift:
-        hidden = sync_rows(drafter).get(slots.to(drafter.hidden_states.device))
+    if kept is not None:
+        hidden = kept.get(slots.to(drafter.hidden_states.device))
         if drafter.method == "eagle3":  # as the host's first pass (llm_base_proposer.propose)
             hidden = drafter.model.combine_hidden_states(hidden)
         drafter.hidden_states[:n] = hidden

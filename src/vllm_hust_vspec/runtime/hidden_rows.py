@@ -26,10 +26,12 @@ logger = logging.getLogger("vllm_hust_vspec")
 
 
 class HiddenRows:
-    """``num_slots`` rows of the target's hidden states, addressed by KV slot."""
+    """One row of the target's hidden states per KV slot of ``num_blocks`` blocks of
+    ``block_size`` slots."""
 
-    def __init__(self, num_slots: int) -> None:
-        self.num_slots = int(num_slots)
+    def __init__(self, num_blocks: int, block_size: int) -> None:
+        self.block_size = int(block_size)
+        self.num_slots = int(num_blocks) * self.block_size
         self.table: Any = None  # torch.Tensor [num_slots, width], on the first put
 
     def put(self, slots: Any, rows: Any) -> None:
