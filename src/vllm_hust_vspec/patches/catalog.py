@@ -26,6 +26,7 @@ from vllm_hust_vspec.patches import (
     requirements_hust,
     sample_no_drafts,
     scheduler_k,
+    spec_metadata_no_drafts,
     spec_stats,
     speculative_config,
     startup_calibration,
@@ -54,6 +55,7 @@ _MODULES: tuple[ModuleType, ...] = (
     eagle_k0,
     cpu_expand_kernel,
     sample_no_drafts,
+    spec_metadata_no_drafts,
     startup_calibration,
 )
 

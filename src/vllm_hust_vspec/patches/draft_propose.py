@@ -4,8 +4,8 @@ preparation; steps asked for draft signals arm the drafter's confidence recordin
 What:   wraps ``vllm.v1.worker.gpu_model_runner.GPUModelRunner.propose_draft_token_ids``
         (CPUModelRunner inherits it).
         * On a K = 0 step that the drafter sits out (``drafter-k0``, ``eagle-k0``:
-          synchronous scheduling, ``adaptive_k0_drafter`` skip), it returns the empty
-          (num_reqs, 0) drafts at once (``runtime.drafter_sync.skipped_step``, which records
+          synchronous scheduling, ``adaptive_k0_drafter`` skip), it returns no drafts (an
+          empty list) at once (``runtime.drafter_sync.skipped_step``, which records
           the skip for the catch-up and, for the EAGLE family, keeps the step's target hidden
           states), without the next-token and padded-input preparation the host does before
           it calls the drafter.

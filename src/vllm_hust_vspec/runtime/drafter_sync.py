@@ -93,8 +93,11 @@ def note_step(runner: Any, scheduler_output: Any) -> None:
 
 
 def skipped_step(runner: Any, scheduler_output: Any, inputs: dict[str, Any]) -> Any | None:
-    """The empty drafts of a K = 0 step the drafter sits out (before the host prepares any
-    draft input), or None: the host proposes as usual.  ``inputs``: the keyword arguments of
+    """The drafts of a K = 0 step the drafter sits out (before the host prepares any draft
+    input), or None: the host proposes as usual.  The drafts are an empty list, the host's
+    list form (as the n-gram proposer's): the runner then copies no draft tensor back and
+    the engine core gets no row to hand out (``scheduler.update_draft_token_ids`` sees none,
+    and ``schedule()`` already emptied every scheduled request's ``spec_token_ids``).  ``inputs``: the keyword arguments of
     ``propose_draft_token_ids`` (an EAGLE-family drafter's rows are kept from them).  Called
     by ``draft-propose`` on the steps that draft K = 0 only."""
     drafter = runner.__dict__.get("drafter")
@@ -123,8 +126,7 @@ def skipped_step(runner: Any, scheduler_output: Any, inputs: dict[str, Any]) -> 
     sync.steps_skipped += 1
     runner._draft_probs = None
     runner._draft_prob_req_ids = None
-    return torch.empty(runner.input_batch.num_reqs, 0, dtype=torch.int64,
-                       device=drafter.input_ids.device)
+    return []
 
 
 def state_of(drafter: Any, runner: Any) -> DrafterSync:
