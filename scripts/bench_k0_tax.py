@@ -1,0 +1,126 @@
+#!/usr/bin/env python
+"""What K = 0 costs over target-only, on the large fixture pair, paired call by call.
+
+Two engines live in one process: target-only (no speculative config) and the plugin at a
+fixed K = 0 (``--method draft``: target-large + draft; ``--method mtp``: mtp-large, whose
+baseline is mtp-large without speculation). Every ``generate()`` call of a cell runs on both
+engines back to back, the order alternating (ABBA), so the machine's speed drift (this VM's
+moves 10-20 % within minutes) hits both alike; a round's ratio is target-only time / plugin
+time over the same prompts and tokens (= the output tok/s ratio). Prefix caching is off in
+both (the prompts repeat across rounds and vLLM recomputes the last cached block for EAGLE
+and MTP, which is a cost of the speculative config, not of K = 0). Run it alone on the
+machine; it prints the load average after each round::
+
+    .venv/bin/python scripts/bench_k0_tax.py [--method draft|mtp] [--rounds 4]
+        [--batches 1,4,16] [--max-tokens 64] [--fixtures DIR] [--json OUT.json]
+
+The issue's goal is a median ratio >= 0.98 at every batch; a cell whose min-max spread is
+above 10 % judges nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import statistics
+import sys
+import time
+
+from vllm_hust_vspec.tools.fixture_dir import fixtures_dir
+
+
+def _prompts(fixtures: pathlib.Path) -> list[str]:
+    out: list[str] = []
+    for kind in ("code", "prose"):
+        text = (fixtures / "prompts" / f"{kind}.jsonl").read_text()
+        out += [json.loads(line)["prompt"] for line in text.splitlines() if line.strip()]
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--method", choices=("draft", "mtp"), default="draft")
+    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--batches", default="1,4,16", help="concurrencies (one generate() call each)")
+    ap.add_argument("--calls", type=int, default=8, help="paired generate() calls per cell")
+    ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--fixtures")
+    ap.add_argument("--json", help="write the per-round ratios here")
+    args = ap.parse_args(argv)
+    try:
+        batches = [int(b) for b in args.batches.split(",") if b.strip()]
+    except ValueError:
+        ap.error(f"--batches: {args.batches!r} is not a comma-separated list of integers")
+    if not batches or min(batches) < 1 or args.rounds < 1 or args.calls < 1:
+        ap.error("--batches, --rounds and --calls must be >= 1")
+    fixtures = fixtures_dir(args.fixtures)
+    model = fixtures / ("target-large" if args.method == "draft" else "mtp-large")
+    if not model.is_dir():
+        print(f"error: {model} not found (build the fixtures first: ./manage.sh fixtures)",
+              file=sys.stderr)
+        return 2
+    for k, v in {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+                 "HF_HUB_OFFLINE": "1"}.items():
+        os.environ.setdefault(k, v)
+    os.environ.update({"HUST_VSPEC_ENABLED": "1", "HUST_VSPEC_ADAPTIVE_LOG_INTERVAL": "0",
+                       "HUST_VSPEC_ADAPTIVE_POLICY": "fixed", "HUST_VSPEC_ADAPTIVE_FIXED_GAMMA": "0"})
+    import vllm_hust_vspec
+    from vllm import LLM, SamplingParams
+
+    vllm_hust_vspec.register()
+    common = dict(model=str(model), dtype="float32", max_model_len=1024,
+                  max_num_seqs=max(batches), enforce_eager=True, seed=0,
+                  enable_prefix_caching=False)
+    spec = ({"method": "draft_model", "model": str(fixtures / "draft"), "num_speculative_tokens": 4}
+            if args.method == "draft" else {"method": "mtp", "num_speculative_tokens": 4})
+    base = LLM(**common)  # no speculative config: the plugin stays out of it
+    plug = LLM(speculative_config=spec, **common)
+    sp = SamplingParams(temperature=0.0, max_tokens=args.max_tokens, ignore_eos=True)
+    prompts = _prompts(fixtures)
+
+    def seconds(llm, batch: list[str]) -> float:
+        t = time.perf_counter()
+        llm.generate(batch, sp, use_tqdm=False)
+        return time.perf_counter() - t
+
+    for llm in (base, plug):  # warm-up
+        seconds(llm, prompts[:2])
+    ratios: dict[int, list[float]] = {b: [] for b in batches}
+    loads: list[float] = []
+    at = 0
+    for r in range(args.rounds):
+        for b in batches:
+            t_base = t_plug = 0.0
+            for call in range(args.calls):
+                batch = [prompts[(at + i) % len(prompts)] for i in range(b)]
+                at += b
+                for llm in ((base, plug) if call % 2 == 0 else (plug, base)):
+                    dt = seconds(llm, batch)
+                    if llm is base:
+                        t_base += dt
+                    else:
+                        t_plug += dt
+            ratios[b].append(t_base / t_plug)
+        loads.append(round(os.getloadavg()[0], 2))
+        print(f"round {r + 1}/{args.rounds}: " + ", ".join(
+            f"batch {b} {v[-1]:.3f}" for b, v in ratios.items()) + f" (load {loads[-1]})",
+            file=sys.stderr, flush=True)
+    table = {}
+    for b, v in ratios.items():
+        med = statistics.median(v)
+        table[str(b)] = {"median": round(med, 4), "min": round(min(v), 4), "max": round(max(v), 4),
+                         "spread": round((max(v) - min(v)) / med, 4), "rounds": [round(x, 4) for x in v]}
+        print(f"{args.method}: plugin K = 0 / target-only, batch {b}: median {med:.3f} "
+              f"(min {min(v):.3f}, max {max(v):.3f}, spread {table[str(b)]['spread']:.1%})")
+    print(f"load average (1 min) after each round: {loads}")
+    if args.json:
+        pathlib.Path(args.json).write_text(json.dumps(
+            {"method": args.method, "max_tokens": args.max_tokens, "calls": args.calls,
+             "ratios": table, "load_average": loads}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
