@@ -7,7 +7,8 @@ What:   wraps ``vllm.v1.worker.gpu_model_runner.GPUModelRunner._calc_spec_decode
         ``SpecDecodeMetadata`` directly: one sampled position per request, the last
         scheduled token of each (``cu_num_scheduled_tokens - 1``), bonus indices
         ``0..n-1``, no draft or target index.  Same values and dtypes as the host's
-        (``tests/host/test_k0_skip.py`` compares them field by field on the real runner).
+        (``tests/host/test_spec_metadata.py`` compares them field by field on the real
+        runner).
 Why:    vLLM builds the speculative metadata on every step once a speculative config exists
         (``use_spec_decode = self.speculative_config is not None``); for a K = 0 step that is
         two batched cumsum-and-arange passes, five host-to-device copies and two gathers of

@@ -97,9 +97,10 @@ def skipped_step(runner: Any, scheduler_output: Any, inputs: dict[str, Any]) -> 
     input), or None: the host proposes as usual.  The drafts are an empty list, the host's
     list form (as the n-gram proposer's): the runner then copies no draft tensor back and
     the engine core gets no row to hand out (``scheduler.update_draft_token_ids`` sees none,
-    and ``schedule()`` already emptied every scheduled request's ``spec_token_ids``).  ``inputs``: the keyword arguments of
-    ``propose_draft_token_ids`` (an EAGLE-family drafter's rows are kept from them).  Called
-    by ``draft-propose`` on the steps that draft K = 0 only."""
+    and ``schedule()`` already emptied every scheduled request's ``spec_token_ids``).
+    ``inputs``: the keyword arguments of ``propose_draft_token_ids`` (an EAGLE-family
+    drafter's rows are kept from them).  Called by ``draft-propose`` on the steps that draft
+    K = 0 only."""
     drafter = runner.__dict__.get("drafter")
     if getattr(drafter, "method", None) not in SKIP_METHODS:
         return None
