@@ -37,7 +37,7 @@ SPEC = PatchSpec(
         Symbol(_BASE, "SpecDecodeBaseProposer.use_heterogeneous_vocab"),
         Symbol(_RUNNER, "GPUModelRunner.propose_draft_token_ids",
                params=("hidden_states", "aux_hidden_states", "common_attn_metadata")),
-        Symbol(_RUNNER, "GPUModelRunner._get_positions"),
+        Symbol("vllm.v1.attention.backend", "CommonAttentionMetadata.slot_mapping"),
         Symbol(_RUNNER, "GPUModelRunner.use_aux_hidden_state_outputs"),
         Symbol("vllm.v1.worker.block_table", "MultiGroupBlockTable.block_tables"),
     ),
