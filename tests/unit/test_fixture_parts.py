@@ -84,6 +84,14 @@ def test_params_budgets_and_hash() -> None:
     assert len({P.build_hash(p) for p in (full, quick, P.BuildParams(seed=1), P.BuildParams(measure_mal=False),
                                           P.BuildParams(large_intermediate=8192), P.BuildParams(threads=1),
                                           P.BuildParams(precision="fp32" if full.precision == "bf16" else "bf16"))}) == 7
+    # the kernels are in the hash: an AMX build is not the reference's build
+    amx, avx = P.BuildParams(precision="bf16", kernels="amx_bf16"), P.BuildParams(precision="bf16", kernels="avx512_bf16")
+    assert P.build_hash(amx) != P.build_hash(avx) and amx.as_dict()["kernels"] == "amx_bf16"
+    assert full.kernels == P.kernels_of(full.precision)
+    with pytest.raises(ValueError, match="kernels 'fp32' do not run a bf16 build"):
+        P.BuildParams(precision="bf16", kernels="fp32")
+    with pytest.raises(ValueError, match="kernels 'amx_bf16' do not run a fp32 build"):
+        P.BuildParams(precision="fp32", kernels="amx_bf16")
     with pytest.raises(ValueError, match="--scale"):
         P.BuildParams(scale=0)
     with pytest.raises(ValueError, match="--precision"):
@@ -94,16 +102,21 @@ def test_params_budgets_and_hash() -> None:
 
 
 def test_guarantee_only_at_the_full_budget() -> None:
-    promise = P.guarantee(P.BuildParams(precision="bf16"))
+    promise = P.guarantee(P.BuildParams(precision="bf16", kernels=P.REFERENCE_KERNELS))
     assert promise["mal_k4_reference"] == P.REFERENCE_MAL
     assert promise["mal_k4_relative_tolerance"] == P.MAL_TOLERANCE
     assert P.MAL_TOLERANCE["code"] == P.MAL_TOLERANCE["prose"] == 0.05 and P.MAL_TOLERANCE["hard"] <= 0.10
     # the promise holds whatever the thread count
-    assert P.guarantee(P.BuildParams(threads=1, precision="bf16")) == promise
-    assert P.guarantee(P.BuildParams(large_intermediate=8192, precision="bf16")) == promise
-    fp32 = P.guarantee(P.BuildParams(precision="fp32"))  # another draw: a looser promise
-    assert fp32["mal_k4_reference"] == P.REFERENCE_MAL
-    assert fp32["mal_k4_relative_tolerance"] == P.FP32_MAL_TOLERANCE == {"code": 0.25, "prose": 0.25, "hard": 0.25}
+    ref = {"precision": "bf16", "kernels": P.REFERENCE_KERNELS}
+    assert P.guarantee(P.BuildParams(threads=1, **ref)) == promise
+    assert P.guarantee(P.BuildParams(large_intermediate=8192, **ref)) == promise
+    # other kernels are another draw: a looser promise
+    for kw in ({"precision": "fp32"}, {"precision": "bf16", "kernels": "amx_bf16"},
+               {"precision": "bf16", "kernels": "emulated_bf16"}):
+        draw = P.guarantee(P.BuildParams(**kw))
+        assert draw["mal_k4_reference"] == P.REFERENCE_MAL, kw
+        assert draw["mal_k4_relative_tolerance"] == P.DRAW_MAL_TOLERANCE == {"code": 0.25, "prose": 0.25, "hard": 0.25}
+        assert P.KERNELS[P.BuildParams(**kw).kernels] in draw["holds"]
     assert P.precision_key("float32") == "fp32" and P.precision_key("bf16 autocast, fp32 weights") == "bf16"
     for other in (P.BuildParams(scale=P.QUICK_SCALE), P.BuildParams(seed=1), P.BuildParams(measure_mal=False)):
         assert P.guarantee(other) is None
@@ -167,3 +180,9 @@ def test_precision_follows_the_cpus_bf16_flags() -> None:
     assert not P.native_bf16("flags\t\t: fpu sse avx2 avx512f avx512bw\n")
     assert not P.native_bf16("Features\t: fp asimd sve\n")
     assert not P.native_bf16("")
+    # which kernels a bf16 build runs on: oneDNN takes AMX where the CPU has it
+    assert P.kernels_of("bf16", "flags\t\t: fpu sse avx2 avx512f avx512_bf16 amx_bf16 amx_tile\n") == "amx_bf16"
+    assert P.kernels_of("bf16", "flags\t\t: fpu sse avx2 avx512f avx512_bf16\n") == "avx512_bf16"
+    assert P.kernels_of("bf16", "Features\t: fp asimd bf16 i8mm\n") == "arm_bf16"
+    assert P.kernels_of("bf16", "flags\t\t: fpu sse avx2\n") == "emulated_bf16"
+    assert P.kernels_of("fp32", "flags\t\t: avx512_bf16 amx_bf16\n") == "fp32"
