@@ -32,7 +32,7 @@ import pathlib
 import random
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from vllm_hust_vspec.errors import VspecError
@@ -44,7 +44,7 @@ from .bench_server import (Server, ServerCommand, plugin_command, resolve_base,
 from .bench_workloads import jsonl_records
 
 POLICIES = ("online", "budget", "sweep")
-WARM_SHARE = 0.25  # the RSS after this share of the duration is the warmed-up value
+WARM_SHARE = 0.25  # the RSS after this share of the traffic (duration or requests) is the warmed-up value
 NEAR_TIE = 1e-4  # log-probability gap under which two tokens are a tie (float32)
 MAX_TOKENS = (1, 8, 24, 64)
 STOPS = (None, ["\n\n"], ["return", "\n#"])
@@ -212,12 +212,15 @@ async def _stream(session: Any, url: str, body: dict[str, Any], cancel_after: in
 
 
 async def _traffic(url: str, model: str, jobs: list[Job], a: argparse.Namespace,
-                   seed: int) -> list[Outcome]:
+                   seed: int, on_warm: Callable[[], None] = lambda: None) -> list[Outcome]:
+    """The clients' requests until the duration or ``--max-requests`` runs out; ``on_warm``
+    is called once, when the warm-up share of ``--max-requests`` has been sent."""
     import aiohttp
 
     rng = random.Random(seed)
     deadline = time.monotonic() + a.duration
     budget = [a.max_requests if a.max_requests is not None else 1 << 62]
+    warm_at = budget[0] - max(1, round(WARM_SHARE * budget[0]))
     outcomes: list[Outcome] = []
 
     async def client() -> None:
@@ -228,6 +231,8 @@ async def _traffic(url: str, model: str, jobs: list[Job], a: argparse.Namespace,
                                          connector=aiohttp.TCPConnector(force_close=True)) as s:
             while time.monotonic() < deadline and budget[0] > 0:
                 budget[0] -= 1
+                if budget[0] == warm_at:
+                    on_warm()
                 job = rng.choice(jobs)
                 cancel = rng.randint(1, 4) if rng.random() < a.cancel_fraction else None
                 outcomes.append(await _stream(s, url, job.body(model, True), cancel, job.index))
@@ -339,13 +344,17 @@ def engine_rss(server: Server) -> dict[str, int]:
 
 class RssSampler:
     """Samples :func:`engine_rss` every ``interval`` seconds in a thread: the value after
-    warm-up (the first sample past ``warm_s``) and the last."""
+    warm-up (the first sample past ``warm_s``, or the one :meth:`mark_warm` takes when the
+    traffic has sent its warm-up share of requests first: a fast machine serves
+    ``--max-requests`` in less than the duration's first quarter) and the last."""
 
     def __init__(self, server: Server, warm_s: float, interval: float = 5.0) -> None:
         import threading
 
         self.server, self.warm_s, self.interval = server, warm_s, interval
         self.samples: list[tuple[float, dict[str, int]]] = []
+        self._warm: dict[str, int] | None = None
+        self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -361,11 +370,23 @@ class RssSampler:
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
-            self.samples.append((time.monotonic() - self._t0, engine_rss(self.server)))
+            t, rss = time.monotonic() - self._t0, engine_rss(self.server)
+            self.samples.append((t, rss))
+            if t >= self.warm_s:
+                self._set_warm(rss)
+
+    def mark_warm(self) -> None:
+        """The traffic's warm-up share is sent: take the warmed-up value now (once)."""
+        self._set_warm(engine_rss(self.server))
+
+    def _set_warm(self, rss: dict[str, int]) -> None:
+        with self._lock:
+            if self._warm is None and rss:
+                self._warm = rss
 
     @property
     def warm(self) -> dict[str, int]:
-        return next((r for t, r in self.samples if t >= self.warm_s), {})
+        return self._warm or {}
 
     @property
     def end(self) -> dict[str, int]:
@@ -441,7 +462,8 @@ def run_policy(base: Any, policy: str, jobs: list[Job], refs: dict[int, Referenc
         url = server.base_url + "/v1/completions"
         t0 = time.monotonic()
         with RssSampler(server, warm_s=WARM_SHARE * a.duration) as rss:
-            outcomes = asyncio.run(_traffic(url, str(server.model_name), jobs, a, seed))
+            outcomes = asyncio.run(_traffic(url, str(server.model_name), jobs, a, seed,
+                                            on_warm=rss.mark_warm))
             seconds = time.monotonic() - t0
             metrics = _at_rest(server.base_url)
         alive = server.alive()
