@@ -123,11 +123,13 @@ cmd_install_dev() {
 # 3.11) are pip's behaviour too: not fatal.
 compile_venv() {
     local site
+    if [[ $DRY_RUN -eq 1 ]]; then
+        printf '[manage.sh] + %s\n' "$VENV/bin/python -m compileall -q -j 0 <site-packages>" >&2
+        return 0
+    fi
     site="$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" || return 0
     say "byte-compiling $site (all cores)"
-    if [[ $DRY_RUN -eq 0 ]]; then
-        env -u PYTHONDONTWRITEBYTECODE "$VENV/bin/python" -m compileall -q -j 0 "$site" >/dev/null 2>&1 || true
-    fi
+    env -u PYTHONDONTWRITEBYTECODE "$VENV/bin/python" -m compileall -q -j 0 "$site" >/dev/null 2>&1 || true
 }
 
 cmd_fixtures() {
