@@ -125,3 +125,46 @@ def test_the_summary_sets_what_online_believed_beside_what_the_steps_measured(tm
     text = _run(str(trace))
     assert "believed vs measured, per batch and K" in text.stdout
     assert "compared windows, tok/s: fixed:2 1000.0, online 1200.0" in text.stdout
+
+
+def _per_pass_ms(b: int, t: int, passes: int) -> float:
+    """A host whose drafter pass costs a fixed 3.5 ms plus 0.3 ms a request."""
+    return 12.0 + 0.25 * max(t, 6) + passes * (3.5 + 0.3 * b)
+
+
+def test_replay_cost_prices_each_step_from_the_steps_before_it(tmp_path):
+    """``--replay-cost``: the controller's step-cost model replayed over a trace's timed
+    steps (a sweep over K at batches 1, 4 and 16; the drafter passes the draft model runs,
+    none at K = 0 with the skip) recovers the host's cost, and names the first predictions
+    that were off: those at batch 4 from batch 1 alone, where a verified token and a drafter
+    pass cannot be told apart (T = 1 + D); from batches 1 and 4 it prices batch 16."""
+    ctl = Controller(ControllerConfig(kmax=KMAX, policy="sweep", sweep=(0, 1, 2, 3, 4), trace=True))
+    lines = [ctl.trace_header(host={"host": "test", "method": "draft_model"})]
+    ids = tuple(f"r{i}" for i in range(16))
+    step = 0
+    for b in (1, 4, 16):
+        for _ in range(40):
+            step += 1
+            d = ctl.decide(BatchView(step=step, req_ids=ids[:b]))
+            drafted = np.full(b, d.k)
+            ctl.observe(StepResult(step, b, d.k, (), _per_pass_ms(b, b + int(drafted.sum()), d.k),
+                                   d.k, drafted=drafted, accepted=np.zeros(b, dtype=int)))
+            lines += ctl.drain_records()
+    trace = tmp_path / "decisions.jsonl"
+    trace.write_text("".join(json.dumps(r) + "\n" for r in lines))
+    proc = _run(str(trace), "--json", "--replay-cost")
+    assert proc.returncode == 0, proc.stderr
+    rep = json.loads(proc.stdout)["cost_replay"]
+    assert rep["timed_steps"] == 120 and rep["predicted"] == 120 - 4  # ready after 4 samples
+    assert rep["coef"]["c_p"] == pytest.approx(3.5, rel=0.02)
+    assert rep["coef"]["c_d"] == pytest.approx(0.3, rel=0.02)
+    assert rep["coef"]["c_t"] == pytest.approx(0.25, rel=0.02)
+    assert rep["rmse_ms"] < 0.05 and rep["median_abs_err"] < 0.01
+    # 15 cells, the first 4 (batch 1, K = 0..3) timed before the model was ready
+    assert rep["first_cells"] == 11
+    assert [(f["batch"], f["k"]) for f in rep["first_off"]] == [
+        (4, 0), (4, 1), (4, 2), (4, 3), (4, 4)]
+    assert all(f["pred_ms"] > f["ms"] for f in rep["first_off"])  # all overpriced
+    text = _run(str(trace), "--replay-cost", "--png", str(tmp_path / "r.png"))
+    assert text.returncode == 0 and "cost model replay: 120 timed steps" in text.stdout
+    assert "off at first sight: batch 4 K 1 (step 42)" in text.stdout

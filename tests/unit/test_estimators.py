@@ -142,14 +142,41 @@ def test_cost_model_recovers_roofline_and_extrapolates():
         t = b * (1 + k)
         m.add(b, t, k, _roofline(b, t, k) * math.exp(rng.normal(0, 0.03)))
     m.fit()
-    bias, ct, cd = m.coef
+    bias, ct, cp, cd = m.coef
     assert ct == pytest.approx(0.3, rel=0.1)
     assert cd == pytest.approx(0.05, rel=0.2)
+    assert cp < 0.2  # a drafter floor, not a fixed cost per pass
     # extrapolate to K = 8 at batch 48 (never seen): within 8 %
     pred = m.predict_uniform(48, [8])[0]
     assert pred == pytest.approx(_roofline(48, 48 * 9, 8), rel=0.08)
     # memory-bound corner: batch 1, K = 0
     assert m.predict(1, 1, 0) == pytest.approx(_roofline(1, 1, 0), rel=0.1)
+
+
+def _per_pass(b, t, d, bias=12.0, tm=6.0, tt=0.25, dp=3.5, dt=0.3):
+    """A step whose drafter pass costs a fixed 3.5 ms plus 0.3 ms a request (as measured on
+    the CPU host: at batch 16 each K cost 8-9 ms more, at batch 1 about 4 ms)."""
+    return bias + max(tm, tt * t) + d * (dp + dt * b)
+
+
+def test_cost_model_prices_a_fixed_cost_per_drafter_pass():
+    """Fitted on batches 1-4 and 16, the model prices K at batch 16 and 32 within 5 %; the
+    roofline without a per-pass term (``c_d D max(B, B0)``) overpriced K at batch 16 by 2-4x
+    on the real engine (it could not be both ~4 ms a pass at batch 1 and ~8 ms at 16)."""
+    rng = np.random.default_rng(3)
+    m = StepCostModel(window=1024)
+    for _ in range(600):
+        b = int(rng.choice([1, 2, 3, 4, 16]))
+        k = int(rng.integers(0, 5))
+        t = b * (1 + k)
+        m.add(b, t, k, _per_pass(b, t, k) * math.exp(rng.normal(0, 0.03)))
+    m.fit()
+    bias, ct, cp, cd = m.coef
+    assert cp == pytest.approx(3.5, rel=0.25) and cd == pytest.approx(0.3, rel=0.25)
+    for batch in (16, 32):
+        want = [_per_pass(batch, batch * (1 + k), k) for k in range(5)]
+        got = m.predict_uniform(batch, range(5))
+        assert got == pytest.approx(want, rel=0.05)
 
 
 def test_cost_model_cell_correction_follows_measurements():

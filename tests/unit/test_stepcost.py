@@ -63,10 +63,10 @@ def test_grid_agrees_with_predict():
     verify, passes = [8, 16, 24, 40], [1, 1, 2, 4]
     listed = online.predict_grid(8, verify, passes)
     arrays = online.predict_grid(8, np.array(verify), np.array(passes, dtype=float))
-    c0, ct, cd = online.coef  # fitted by the first predict_grid
+    c0, ct, cp, cd = online.coef  # fitted by the first predict_grid
     t0, b0 = online.knees
     assert listed.tolist() == arrays.tolist()  # the Python loop and numpy: the same numbers
-    want = [ct * max(v, t0) + (c0 + cd * p * max(8, b0)) for v, p in zip(verify, passes)]
+    want = [ct * max(v, t0) + (c0 + p * (cp + cd * max(8, b0))) for v, p in zip(verify, passes)]
     assert np.allclose(arrays, want, rtol=1e-12)
     # a model without predict_grid: predict per candidate
     fallback = predict_grid(SPEC, 8, np.array([8, 16]), np.array([1, 2]))

@@ -7,9 +7,10 @@
 * :class:`StepCostModel` -- an online, structural step-cost model fitted from observed
   (batch B, verified tokens T, drafter passes D, wall ms)::
 
-      ms = bias + c_t * max(T, T0) + c_d * D * max(B, B0)
+      ms = bias + c_t * max(T, T0) + D * (c_p + c_d * max(B, B0))
 
-  a roofline (memory-bound below the knees ``T0``/``B0``, compute-bound above), fitted by
+  a roofline (memory-bound below the knees ``T0``/``B0``, compute-bound above) with a fixed
+  cost per drafter pass ``c_p`` (launch, metadata, the drafter's own lm-head), fitted by
   non-negative least squares over a window of samples with the knees chosen on a grid.
   Because it is structural it extrapolates to batch sizes and K not tried yet.
 * :class:`ConfidenceMap` -- a binned, monotone (pool-adjacent-violators) map from a
@@ -20,6 +21,7 @@ Pure Python + numpy; no vLLM, no torch.
 
 from __future__ import annotations
 
+import itertools
 import math
 import operator
 from collections.abc import Sequence
@@ -258,9 +260,9 @@ def _knee_grid(lo: float, hi: float, n: int) -> np.ndarray:
 _UNIT = {n: np.linspace(0.0, 1.0, n) for n in range(2, 33)}
 
 
-# the 7 non-empty subsets of {bias, c_t, c_d} tried for non-negativity
+# the 15 non-empty subsets of {bias, c_t, c_p, c_d} tried for non-negativity, largest first
 _SUBSETS = np.array(
-    [[1, 1, 1], [1, 1, 0], [1, 0, 1], [0, 1, 1], [1, 0, 0], [0, 1, 0], [0, 0, 1]],
+    sorted((m for m in itertools.product((True, False), repeat=4) if any(m)), key=lambda m: -sum(m)),
     dtype=bool,
 )
 
@@ -284,38 +286,49 @@ def _fit_grid(
     y: np.ndarray,
     wt: np.ndarray,
 ) -> tuple[float, np.ndarray | None, float, float]:
-    """Best (sse, coef, T0, B0) of the weighted NNLS ``y ~ c0 + c1 max(t, T0) +
-    c2 d max(b, B0)`` over every knee pair of the grids."""
+    """Best (sse, coef, T0, B0) of the weighted NNLS ``y ~ c0 + c1 max(t, T0) + c2 d +
+    c3 d max(b, B0)`` over every knee pair of the grids.
+
+    Non-negativity by subsets: the full model at every knee pair, then (only where no knee
+    pair gave a feasible full fit) every model with one coefficient fewer, and so on down,
+    stopping at the first size with a feasible fit."""
     ut = np.maximum(t[None, :], tg[:, None])  # (nt, cells)
     ub = d[None, :] * np.maximum(b[None, :], bg[:, None])  # (nb, cells)
     nt, nb = len(tg), len(bg)
     wut = ut * wt
     wub = ub * wt
-    A = np.empty((nt, nb, 3, 3))
+    wd = d * wt
+    A = np.empty((nt, nb, 4, 4))
     A[..., 0, 0] = float(wt.sum())
     A[..., 0, 1] = A[..., 1, 0] = wut.sum(1)[:, None]
-    A[..., 0, 2] = A[..., 2, 0] = wub.sum(1)[None, :]
+    A[..., 0, 2] = A[..., 2, 0] = float(wd.sum())
+    A[..., 0, 3] = A[..., 3, 0] = wub.sum(1)[None, :]
     A[..., 1, 1] = (wut * ut).sum(1)[:, None]
-    A[..., 2, 2] = (wub * ub).sum(1)[None, :]
-    A[..., 1, 2] = A[..., 2, 1] = wut @ ub.T
-    r = np.empty((nt, nb, 3))
+    A[..., 1, 2] = A[..., 2, 1] = (wut @ d)[:, None]
+    A[..., 1, 3] = A[..., 3, 1] = wut @ ub.T
+    A[..., 2, 2] = float(wd @ d)
+    A[..., 2, 3] = A[..., 3, 2] = (wub @ d)[None, :]
+    A[..., 3, 3] = (wub * ub).sum(1)[None, :]
+    r = np.empty((nt, nb, 4))
     r[..., 0] = float(wt @ y)
     r[..., 1] = (wut @ y)[:, None]
-    r[..., 2] = (wub @ y)[None, :]
+    r[..., 2] = float(wd @ y)
+    r[..., 3] = (wub @ y)[None, :]
     syy = float(wt @ (y * y))
     # tiny ridge keeps collinear knees (flat features) solvable
     scale = np.maximum(np.diagonal(A, axis1=-2, axis2=-1), 1e-12)
     best: tuple[float, np.ndarray | None, float, float] = (math.inf, None, 0.0, 0.0)
-    eye = np.eye(3)
-    # the full model first; the subsets (non-negativity) only if no knee pair is feasible
+    eye = np.eye(4)
+    size = 4
     for mask in _SUBSETS:
-        if mask.all():
-            As = A + (scale * 1e-9)[..., None] * eye
-            rs = r
-        else:
-            mm = mask[:, None] & mask[None, :]
-            As = np.where(mm, A, 0.0) + np.where(mask, scale * 1e-9, 1.0)[..., None] * eye
-            rs = np.where(mask, r, 0.0)
+        n_on = int(mask.sum())
+        if n_on < size:
+            if best[1] is not None:
+                break  # a feasible fit with more coefficients exists
+            size = n_on
+        mm = mask[:, None] & mask[None, :]
+        As = np.where(mm, A, 0.0) + np.where(mask, scale * 1e-9, 1.0)[..., None] * eye
+        rs = np.where(mask, r, 0.0)
         x = np.linalg.solve(As, rs[..., None])[..., 0]
         feasible = (x >= -1e-12).all(-1)
         if not feasible.any():
@@ -331,8 +344,6 @@ def _fit_grid(
         idx = np.unravel_index(int(np.argmax(near)), sse.shape)
         if sse[idx] < best[0] - 1e-9 * max(1.0, syy):
             best = (float(sse[idx]), x[idx], float(tg[idx[0]]), float(bg[idx[1]]))
-        if mask.all() or mask.sum() == 1:
-            break
     return best
 
 
@@ -390,7 +401,7 @@ class StepCostModel:
         self._last: list[float] = []
         self.n = 0  # samples ever added
         self._since_fit = 0
-        self.coef: tuple[float, float, float] = (0.0, 0.0, 0.0)  # bias, c_t, c_d
+        self.coef: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)  # bias, c_t, c_p, c_d
         self.knees: tuple[float, float] = (0.0, 0.0)  # T0, B0
         self.rmse: float | None = None
         self.fitted = False
@@ -478,7 +489,7 @@ class StepCostModel:
         if fine[1] is not None and fine[0] < best[0]:
             best = fine
         sse, x, t0, b0 = best
-        self.coef = (float(x[0]), float(x[1]), float(x[2]))
+        self.coef = (float(x[0]), float(x[1]), float(x[2]), float(x[3]))
         self.knees = (t0, b0)
         self.rmse = math.sqrt(max(sse, 0.0) / m)  # weighted, over cells
         self.fitted = True
@@ -513,12 +524,12 @@ class StepCostModel:
         self._maybe_fit()
         if not self.fitted:
             return None
-        c0, ct, cd = self.coef
+        c0, ct, cp, cd = self.coef
         t0, b0 = self.knees
         model = (
             c0
             + ct * (verify_tokens if verify_tokens > t0 else t0)
-            + cd * draft_steps * (batch if batch > b0 else b0)
+            + draft_steps * (cp + cd * (batch if batch > b0 else b0))
         )
         return self._corrected(batch, verify_tokens, draft_steps, model)
 
@@ -531,15 +542,14 @@ class StepCostModel:
         the same numbers)."""
         if not self.ensure_fitted():
             return None
-        c0, ct, cd = self.coef
+        c0, ct, cp, cd = self.coef
         t0, b0 = self.knees
-        bb = batch if batch > b0 else b0
-        # ct * max(T, T0) + (c0 + cd * D * max(B, B0))
+        unit = cp + cd * (batch if batch > b0 else b0)  # one drafter pass at this batch
+        # ct * max(T, T0) + (c0 + D * unit)
         if isinstance(verify_tokens, list) and isinstance(draft_passes, list):
-            return np.array([ct * (t if t > t0 else t0) + (c0 + cd * d * bb)
+            return np.array([ct * (t if t > t0 else t0) + (c0 + d * unit)
                              for t, d in zip(verify_tokens, draft_passes)])
-        draft = np.multiply(draft_passes, cd)
-        draft *= bb
+        draft = np.multiply(draft_passes, unit)
         draft += c0
         ms = np.maximum(verify_tokens, t0)
         ms *= ct
@@ -567,10 +577,10 @@ class StepCostModel:
         self._maybe_fit()
         if not self.fitted:
             return None
-        c0, ct, cd = self.coef
+        c0, ct, cp, cd = self.coef
         t0, b0 = self.knees
         dmin = self.draft_min_steps
-        draft_unit = cd * (batch if batch > b0 else b0)
+        draft_unit = cp + cd * (batch if batch > b0 else b0)
         cells = self._cells
         out = []
         for k in ks:

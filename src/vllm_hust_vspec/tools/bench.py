@@ -176,6 +176,10 @@ def add_trace_args(p: argparse.ArgumentParser) -> None:
                    help="Where to write the picture (default: the trace's path with .png).")
     p.add_argument("--json", action="store_true",
                    help="Print the summary as one JSON object instead of text.")
+    p.add_argument("--replay-cost", action="store_true",
+                   help="Also replay the timed steps through the online step-cost model: how far "
+                        "its predictions were off, overall and at the first step of each "
+                        "(batch, K), and its fit over the whole trace.")
 
 
 def run_trace(a: argparse.Namespace, extra: Sequence[str]) -> int:
@@ -186,7 +190,17 @@ def run_trace(a: argparse.Namespace, extra: Sequence[str]) -> int:
     if extra:
         raise BenchError(f"trace takes no arguments after --: {shlex.join(extra)}")
     png, summary = write_picture(a.trace, a.png)
-    print(json.dumps(summary) if a.json else summary_text(summary) + f"\n  picture: {png}")
+    replay = None
+    if a.replay_cost:
+        from vllm_hust_vspec.tools.trace_picture import load
+        from vllm_hust_vspec.tools.trace_replay import replay_cost, replay_text
+
+        replay = replay_cost(load(a.trace))
+    if a.json:
+        print(json.dumps(summary if replay is None else {**summary, "cost_replay": replay}))
+    else:
+        text = summary_text(summary) + f"\n  picture: {png}"
+        print(text if replay is None else text + "\n" + replay_text(replay))
     return 0
 
 
