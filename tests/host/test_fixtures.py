@@ -120,7 +120,8 @@ def test_manifest_quality_bar(manifest: dict) -> None:
     """Exactly what the build guarantees (scripts/fixtures/params.py, recorded in the
     manifest): each drafter's MAL at K = 4 on each prompt set within the set's relative
     tolerance of the reference (5 % / 5 % / 10 % for a build on the reference's kernels,
-    bf16 on AVX-512 BF16; 25 % for another draw: float32, AMX, Arm, emulated bf16), and
+    bf16 on AVX-512 BF16; 25 % for another draw: float32, AMX, Intel's AVX-512 BF16, Arm,
+    emulated bf16), and
     ``hard`` below ``code`` by the margin."""
     P = _load_builder_module("params")  # the guarantee lives there, in the build hash
     promise = manifest["guarantee"]

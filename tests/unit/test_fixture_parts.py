@@ -183,6 +183,12 @@ def test_precision_follows_the_cpus_bf16_flags() -> None:
     # which kernels a bf16 build runs on: oneDNN takes AMX where the CPU has it
     assert P.kernels_of("bf16", "flags\t\t: fpu sse avx2 avx512f avx512_bf16 amx_bf16 amx_tile\n") == "amx_bf16"
     assert P.kernels_of("bf16", "flags\t\t: fpu sse avx2 avx512f avx512_bf16\n") == "avx512_bf16"
+    # an Intel CPU's AVX-512 BF16 is its own path (other bits than the AMD references)
+    intel = "vendor_id\t: GenuineIntel\nflags\t\t: fpu avx2 avx512f avx512_bf16 avx512_fp16\n"
+    assert P.cpu_vendor(intel) == "GenuineIntel" and P.kernels_of("bf16", intel) == "intel_avx512_bf16"
+    amd = "vendor_id\t: AuthenticAMD\nflags\t\t: fpu avx2 avx512f avx512_bf16\n"
+    assert P.kernels_of("bf16", amd) == "avx512_bf16"
+    assert P.kernels_of("bf16", "vendor_id\t: GenuineIntel\nflags\t\t: avx512_bf16 amx_bf16\n") == "amx_bf16"
     assert P.kernels_of("bf16", "Features\t: fp asimd bf16 i8mm\n") == "arm_bf16"
     assert P.kernels_of("bf16", "flags\t\t: fpu sse avx2\n") == "emulated_bf16"
     assert P.kernels_of("fp32", "flags\t\t: avx512_bf16 amx_bf16\n") == "fp32"
