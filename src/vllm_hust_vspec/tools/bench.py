@@ -185,17 +185,14 @@ def add_trace_args(p: argparse.ArgumentParser) -> None:
 def run_trace(a: argparse.Namespace, extra: Sequence[str]) -> int:
     import json
 
-    from vllm_hust_vspec.tools.trace_picture import summary_text, write_picture
+    from vllm_hust_vspec.tools.trace_picture import load, summary_text, write_picture
+    from vllm_hust_vspec.tools.trace_replay import replay_cost, replay_text
 
     if extra:
         raise BenchError(f"trace takes no arguments after --: {shlex.join(extra)}")
-    png, summary = write_picture(a.trace, a.png)
-    replay = None
-    if a.replay_cost:
-        from vllm_hust_vspec.tools.trace_picture import load
-        from vllm_hust_vspec.tools.trace_replay import replay_cost, replay_text
-
-        replay = replay_cost(load(a.trace))
+    trace = load(a.trace)  # read once: the picture and the replay share it
+    png, summary = write_picture(trace, a.png)
+    replay = replay_cost(trace) if a.replay_cost else None
     if a.json:
         print(json.dumps(summary if replay is None else {**summary, "cost_replay": replay}))
     else:

@@ -388,12 +388,13 @@ def _panel_goodput(ax: Any, trace: Trace) -> None:
     ax.legend(fontsize=7, loc="upper right")
 
 
-def write_picture(trace_path: str | pathlib.Path,
+def write_picture(trace_path: str | pathlib.Path | Trace,
                   png: str | pathlib.Path | None = None) -> tuple[pathlib.Path, dict[str, Any]]:
-    """Load a decision trace, write its PNG (default: beside it, ``.png``); returns the PNG's
-    path and the summary (with the panel titles under ``panels``)."""
-    trace = load(trace_path)
-    out = pathlib.Path(png) if png is not None else pathlib.Path(trace_path).with_suffix(".png")
+    """Load a decision trace (or take one :func:`load` read), write its PNG (default: beside
+    it, ``.png``); returns the PNG's path and the summary (with the panel titles under
+    ``panels``)."""
+    trace = trace_path if isinstance(trace_path, Trace) else load(trace_path)
+    out = pathlib.Path(png) if png is not None else trace.path.with_suffix(".png")
     s = summary(trace)
     s["panels"] = plot(trace, out, s)
     s["png"] = str(out)

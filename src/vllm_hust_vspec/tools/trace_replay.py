@@ -27,8 +27,9 @@ OFF = math.log(1.35)  # a first prediction this far off (either way) is listed
 
 
 def _host(trace: Trace) -> tuple[str | None, bool]:
-    """The method and whether K = 0 skipped the drafter, from the first header."""
-    head = trace.headers[0] if trace.headers else {}
+    """The method and whether K = 0 skipped the drafter, from the first header (:func:`load`
+    refuses a trace without one)."""
+    head = trace.headers[0]
     method = (head.get("host") or {}).get("method")
     skip = (head.get("settings") or {}).get("adaptive_k0_drafter", "skip") == "skip"
     return method, skip
