@@ -24,6 +24,9 @@ BASE_ENV = {
     "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
     "HF_HUB_OFFLINE": "1",
     "TOKENIZERS_PARALLELISM": "false",
+    # the start-up cost probe (seconds per engine) is on by default; the suite starts dozens
+    # of engines, so it runs only where a test asks for it (test_cost_probe.py)
+    "HUST_VSPEC_ADAPTIVE_COST_PROBE": "0",
 }
 MAX_TOKENS = 48
 

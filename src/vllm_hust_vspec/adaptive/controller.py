@@ -247,6 +247,21 @@ class Controller:
         return (getattr(self.policy, "name", None) == "budget"
                 and getattr(self.policy, "table", None) is None)
 
+    @property
+    def uses_step_costs(self) -> bool:
+        """True when the policy prices K with the online step-cost model (``online``;
+        ``budget`` outside its cost table): the start-up cost probe seeds it."""
+        return bool(getattr(self.policy, "uses_step_costs", False))
+
+    def seed_step_costs(self, samples: Any) -> None:
+        """Step times measured before the first decision (the start-up cost probe):
+        ``(batch, verify tokens, drafter passes, ms)`` each, added to the step-cost model as
+        served steps would be (they age the same way)."""
+        if self.decisions or self.steps:
+            raise RuntimeError("vllm-hust-vspec: step costs are seeded only before the first step")
+        for batch, verify, passes, ms in samples:
+            self.cost.add(int(batch), int(verify), int(passes), float(ms))
+
     def use_cost_table(self, table: Any) -> None:
         """Give the policy its one immutable cost table, before the first step."""
         if self.decisions or self.steps:

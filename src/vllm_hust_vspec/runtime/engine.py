@@ -171,6 +171,11 @@ class EngineRuntime:
         self.controller, self.gate, self._wants_conf = self._parts[index]
 
     @property
+    def skip_k0(self) -> bool:
+        """The draft-model drafter sits out K = 0 steps (patch ``drafter-k0``)."""
+        return self._skip_k0
+
+    @property
     def controllers(self) -> list[Any]:
         """Every controller of this engine (one per compared policy, else the one)."""
         return [p[0] for p in self._parts] or [self.controller]

@@ -3,8 +3,10 @@
 Called once per engine core by the ``startup-calibration`` patch, at the end of
 ``EngineCore.__init__`` (after model warm-up, KV-cache allocation and the scheduler; before
 ``EngineCoreProc`` sends READY and before the offline ``LLM`` returns).  It acts only when
-the plugin's runtime is attached to the scheduler and its policy is ``budget``; what it does
-is the launcher's plan (:func:`~.plan.calibration_settings`, which the ``--dry-run`` runs):
+the plugin's runtime is attached to the scheduler.  First the cost probe
+(:func:`probe_at_start`, when ``adaptive_cost_probe`` is on and a policy prices K with the
+step-cost model).  Then, for the ``budget`` policy, the launcher's plan
+(:func:`~.plan.calibration_settings`, which the ``--dry-run`` runs):
 
 * ``adaptive_dspark_cost_table`` given: load it (:func:`~.grid.check_cost_table` against the
   running configuration), install it, log its source and coverage; nothing is measured.
@@ -30,6 +32,7 @@ import time
 from typing import Any
 
 from vllm_hust_vspec.adaptive.costmodel import CostTable
+from vllm_hust_vspec.startup_cost import probe
 from vllm_hust_vspec.startup_cost.driver import measure
 from vllm_hust_vspec.startup_cost.fit import by_point, holdout_error
 from vllm_hust_vspec.startup_cost.grid import CalibrationError, CalibrationGrid, check_engine_limits
@@ -56,7 +59,11 @@ def run_at_start(engine_core: Any) -> CostTable | None:
     captured graph sizes, the running configuration a saved table must match)."""
     scheduler = getattr(engine_core, "scheduler", None)
     runtime = None if scheduler is None else runtime_of(scheduler)
-    if runtime is None or not runtime.needs_cost_table:
+    if runtime is None:
+        return None
+    if probe.wants_probe(runtime):
+        probe_at_start(runtime, engine_core)
+    if not runtime.needs_cost_table:
         return None  # not the budget policy, or budget:PATH with its own table
     vllm_config = engine_core.vllm_config
     graph_buckets = None
@@ -75,6 +82,30 @@ def run_at_start(engine_core: Any) -> CostTable | None:
         assert plan.grid is not None
         return calibrate_at_start(runtime, engine_core, plan.grid, plan.output)
     return None
+
+
+# --------------------------------------------------------------------------- cost probe
+
+
+def probe_at_start(runtime: Any, engine_core: Any) -> list[tuple[int, int, int, float]]:
+    """The start-up cost probe (:mod:`.probe`): time every K at a few batch sizes, seed
+    the step-cost model of every policy that prices with it, log the table; returns the
+    samples handed over."""
+    scheduler = engine_core.scheduler
+    grid = probe.probe_grid(runtime.kmax, int(scheduler.max_num_running_reqs),
+                            int(scheduler.max_model_len))
+    _check_limits(scheduler, grid)
+    t0 = time.perf_counter()
+    measured = measure(engine_core, runtime, grid, _time_cap(engine_core, grid))
+    rows = probe.samples(measured.windows, runtime.method, runtime.kmax, runtime.varies_k,
+                         runtime.skip_k0)
+    seeded = probe.seed(runtime.controllers, rows)
+    logger.info(
+        "vllm-hust-vspec cost probe: %d/%d points in %.1f s%s, seeded %d controller(s); "
+        "ms per step %s", measured.points_done, measured.points_total,
+        time.perf_counter() - t0, " (stopped by its time cap)" if measured.stopped_by_cap else "",
+        seeded, probe.summary(measured.windows))
+    return rows
 
 
 # --------------------------------------------------------------------------- load

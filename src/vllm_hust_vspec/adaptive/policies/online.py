@@ -69,6 +69,7 @@ UNCERTAIN_COOLDOWN = 32  # decisions before the same K is measured again (an unt
 class OnlinePolicy(Policy):
     name = "online"
     trusted = True
+    uses_step_costs = True  # the start-up cost probe seeds ctx.cost
 
     def __init__(self, kmax: int, min_gamma: int = 0, start_gamma: int | None = None) -> None:
         if not 0 <= min_gamma <= kmax:
