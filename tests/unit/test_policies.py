@@ -157,6 +157,23 @@ def test_online_warmup_order_and_probes():
     assert pol.revisit_window(0.0) is None
 
 
+def test_online_warmup_is_kmax_only_when_the_cost_model_was_seeded():
+    """After the start-up cost probe every K is priced: the warm-up measures acceptance (K
+    = Kmax), and the first model decision follows it."""
+    c = _ctl("online", kmax=4, warmup_samples=2)
+    c.seed_step_costs([(b, b * (k + 1), k, 10.0 + b * (1.0 + k)) for b in (1, 4, 16)
+                       for k in range(5)])
+    assert c.cost.ready and c.cost.n == 15
+    ks = [c.decide(_view(1, s)) for s in range(3)]
+    assert [d.k for d in ks[:2]] == [4, 4] and all("warmup" in d.reason for d in ks[:2])
+    assert "warmup" not in ks[2].reason
+    from vllm_hust_vspec.adaptive.observations import StepResult
+
+    c.observe(StepResult(0, 1, 4, (), 12.0, 4, np.array([4]), np.array([2]), k_drafted=4))
+    with pytest.raises(RuntimeError, match="seeded only before the first step"):
+        c.seed_step_costs([(1, 2, 1, 11.0)])
+
+
 def test_online_partial_probe_above_held():
     c = _ctl("online", kmax=4, warmup_samples=1, start_gamma=1)
     d = c.decide(_view(8))  # first warm-up probe: K=4 above the held K=1

@@ -12,6 +12,11 @@ Decision rule, in order:
 
 1. **Warm-up**: the first ``3 * warmup_samples`` decisions probe ``kmax``, ``min_gamma`` and
    the middle of the range (``warmup_samples`` times each), so both models see spread K.
+   When the step-cost model was seeded before the first decision (the start-up cost probe,
+   ``startup_cost/probe.py``), every K is priced already and the warm-up is ``kmax``
+   ``warmup_samples`` times: the acceptance of every draft position, nothing more (on a
+   fresh demo server its batch-1 warm-up had spent 2 of 6 steps at K = 0, each followed by a
+   drafter catch-up).
 2. **Probe** (exploration): after warm-up, probe slots come every ``s_i`` decisions, with
    ``s_i = min(S, 2 + i // 4)`` (i = decisions since warm-up, so probing is dense at first)
    and ``S = round(1 / exploration)``.  Slot number ``p`` probes ``candidates[p % n]``
@@ -176,7 +181,12 @@ class OnlinePolicy(Policy):
         cands = self.candidates
         if self._warm_order is None:
             lo, hi = cands[0], cands[-1]
-            spread = list(dict.fromkeys((hi, lo, (lo + hi) // 2)))
+            if ctx.cost.ready:
+                # the start-up cost probe priced every K already: the warm-up is for the
+                # acceptance of every draft position, which Kmax alone measures
+                spread = [hi]
+            else:
+                spread = list(dict.fromkeys((hi, lo, (lo + hi) // 2)))
             self._warm_order = spread * ctx.warmup_samples
         if n < len(self._warm_order):
             return self._probe(
