@@ -14,6 +14,8 @@ preemption (a KV cache of 24 blocks).  The draft model runs every case; the EAGL
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from plugin_helpers import (
@@ -64,10 +66,17 @@ def _run(fixtures, method, prompts, mode, trace, **engine):
             close(llm)
     _, decisions, results = read_decisions(trace)
     drafter = read_drafter_records(trace)
+    caught = {rec["step"]: rec["drafter"]["caught_up"]
+              for rec in map(json.loads, trace.read_text().splitlines())
+              if isinstance(rec.get("drafter"), dict)}
+    # what each K > 0 decision was told it would catch up, and what it did (a batch K > 0
+    # drafts every row, K_i = 0 ones too)
+    resumes = [(d.get("catch_up", 0), caught.get(d["step"], 0)) for d in decisions
+               if d["k"] > 0 and (d.get("catch_up") or caught.get(d["step"]))]
     return {"tokens": tokens, "results": [(r["step"], r["drafted"], r["accepted"]) for r in results],
             "ks": [d["k"] for d in decisions], "sync": sync, "preemptions": len(preemptions),
             "trace_skipped": sum(d["skipped"] for d in drafter),
-            "trace_caught_up": sum(d["caught_up"] for d in drafter)}
+            "trace_caught_up": sum(d["caught_up"] for d in drafter), "resumes": resumes}
 
 
 def _target(model, prompts, **engine):
@@ -110,6 +119,14 @@ def _check(fixtures, method, prompts, tmp_path, noisy=False, **engine):
     # the decision trace's account (engine side) is the workers' own
     assert (skip["trace_skipped"], skip["trace_caught_up"]) == (s.steps_skipped, s.tokens_caught_up)
     assert (run["trace_skipped"], run["trace_caught_up"]) == (0, 0)
+    # the policy is told before each resume what it will catch up (ledger.pending): the
+    # decoding requests' missed tokens; a step may catch up more, for requests that were
+    # still prefilling in chunks (they are not in the decision's batch)
+    resumes = skip["resumes"]
+    assert resumes and all(told <= did for told, did in resumes), resumes
+    if "max_num_batched_tokens" not in engine:
+        assert all(told == did for told, did in resumes), resumes
+    assert not any(d.get("catch_up") for d in read_decisions(tmp_path / "run.jsonl")[1])
     accepted = sum(r[2] for r in skip["results"])
     print(f"{method}: K = 0 steps skipped {s.steps_skipped}, catch-up passes {s.passes_caught_up} over "
           f"{s.tokens_caught_up} tokens; accepted {accepted} (without skipping "

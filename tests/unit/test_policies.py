@@ -312,3 +312,91 @@ def test_a_measurement_that_resumes_from_k0_takes_two_steps():
     assert resumes
     for i in resumes:
         assert ds[i + 1].k == ds[i].k and "(2/2)" in ds[i + 1].reason
+
+
+# ----------------------------------------------------------------------------- resume price
+
+
+def test_catch_up_cost_prices_tokens_from_measured_resumes():
+    from vllm_hust_vspec.adaptive.estimators import CatchUpCost
+
+    c = CatchUpCost(decay=0.5)
+    assert c.price(100) is None and c.ms_per_token is None
+    c.add(100, 50.0)  # 0.5 ms a token
+    assert c.price(10) == pytest.approx(5.0)
+    c.add(100, -20.0)  # faster than predicted: costs nothing, still counts its tokens
+    assert c.ms_per_token == pytest.approx(25.0 / 150.0)
+    c.add(0, 99.0)  # nothing caught up: ignored
+    assert c.resumes == 2
+    with pytest.raises(ValueError, match="decay"):
+        CatchUpCost(decay=1.0)
+
+
+def _tie_at_k0(catch_up_tokens: int, resumes: bool):
+    """An online controller past warm-up at batch 16 where K = 1 is 1 % better than K = 0
+    (K = 0 held); ``resumes``: a resume was measured at 0.5 ms a token."""
+    from vllm_hust_vspec.adaptive.observations import StepResult
+
+    c = _ctl("online", kmax=2, warmup_samples=1, exploration=0.0, start_gamma=0,
+             hysteresis=0.001)
+    b = 16
+    # K = 1 costs 1.6x K = 0 and commits 1.616x the tokens (acceptance 0.616): +1 %
+    c.seed_step_costs([(b, b * (k + 1), k, 30.0 * (1 + 0.6 * k)) for k in range(3)] * 4)
+    c.acceptance.tried = [1e6, 1e6]
+    c.acceptance.accepted = [0.616e6, 0.0]
+    c.acceptance._est = None
+    c.acceptance._expected = None
+    if resumes:
+        c.observe(StepResult(0, b, 1, (), None, 1, np.full(b, 1), np.full(b, 1), k_drafted=1,
+                             catch_up=(400, 48.0 + 200.0)))
+        c.acceptance.tried = [1e6, 1e6]
+        c.acceptance.accepted = [0.616e6, 0.0]
+        c.acceptance._est = None
+        c.acceptance._expected = None
+    ks = []
+    for step in range(1, 8):
+        view = BatchView(step=step, req_ids=tuple(f"r{i}" for i in range(b)),
+                         catch_up_tokens=catch_up_tokens)
+        ks.append(c.decide(view))
+    return c, ks
+
+
+def test_online_prices_the_catch_up_of_a_resume_from_k0():
+    """At a tie between K = 0 and K = 1 the policy stays at K = 0 while a resume would first
+    catch up hundreds of drafter tokens at a measured price; with nothing to catch up, or
+    no resume measured yet, it takes the 1 % (the policy's own rule, unchanged)."""
+    c, ds = _tie_at_k0(catch_up_tokens=800, resumes=True)
+    assert c.ctx.catch_up.ms_per_token == pytest.approx(200.0 / 400, rel=0.05)
+    exploit = [d for d in ds if not d.reason.startswith(("warmup", "probe"))]
+    assert len(exploit) >= 3 and all(d.k == 0 for d in exploit), [d.reason for d in ds]
+    assert all("resume" in d.reason for d in exploit)
+    for tokens, resumes in ((0, True), (800, False)):
+        _, ds = _tie_at_k0(catch_up_tokens=tokens, resumes=resumes)
+        first = next(d for d in ds if not d.reason.startswith(("warmup", "probe")))
+        assert first.k == 1 and "switch 0->1" in first.reason, [d.reason for d in ds]
+
+
+def test_the_ledger_tells_what_a_resume_would_catch_up():
+    from types import SimpleNamespace
+
+    from vllm_hust_vspec.runtime.drafter_ledger import DrafterLedger
+
+    def out(scheduled, new=()):
+        return SimpleNamespace(num_scheduled_tokens=scheduled,
+                               scheduled_new_reqs=[SimpleNamespace(req_id=r) for r in new],
+                               scheduled_cached_reqs=SimpleNamespace(resumed_req_ids=set()))
+
+    def reqs(**n):
+        return {r: SimpleNamespace(request_id=r, num_computed_tokens=v, is_finished=lambda: False)
+                for r, v in n.items()}
+
+    ledger = DrafterLedger()
+    ledger.before(reqs(a=10), out({"a": 1}))
+    ledger.after(1, 2, reqs(a=10))
+    assert ledger.pending(reqs(a=10).values()) == 0  # nothing skipped yet
+    ledger.before(reqs(a=11, b=7), out({"a": 1, "b": 7}, new=["b"]))  # K = 0; b prefills
+    ledger.after(2, 0, reqs(a=11, b=7))
+    # a missed position 10, b its whole prompt (0..6)
+    assert ledger.pending(reqs(a=11, b=7).values()) == 1 + 7
+    ledger.before(reqs(a=12, b=8), out({"a": 1, "b": 1}))
+    assert ledger.after(3, 2, reqs(a=12, b=8))["drafter"]["caught_up"] == 1 + 7

@@ -298,6 +298,13 @@ class Controller:
                 self.confidence_map.update(res)
         b = result.batch_size
         ms = result.wall_ms
+        if result.catch_up is not None and b > 0:
+            # a resume: its time beyond the price of its K is the catch-up's
+            tokens, resume_ms = result.catch_up
+            d = result.num_draft_steps
+            price = self.cost.predict(b, b + dsum, result.drafted_k if d is None else d)
+            if price is not None:
+                self.ctx.catch_up.add(int(tokens), float(resume_ms) - price)
         if ms is not None and b > 0:
             # the drafter passes of THIS step: they drafted k_drafted (the verified drafts
             # were made by the step before, at k_verified)
@@ -339,7 +346,10 @@ class Controller:
         self.k_hist[d.k] += 1
         self.decisions += 1
         if self._trace:
-            self._records.append(decision_record(batch.step, time.time(), len(batch.req_ids), d))
+            rec = decision_record(batch.step, time.time(), len(batch.req_ids), d)
+            if batch.catch_up_tokens:
+                rec["catch_up"] = int(batch.catch_up_tokens)  # what K > 0 would catch up
+            self._records.append(rec)
         return d
 
     def _repeat(self, last: Decision, batch: BatchView) -> Decision:

@@ -13,6 +13,8 @@
   cost per drafter pass ``c_p`` (launch, metadata, the drafter's own lm-head), fitted by
   non-negative least squares over a window of samples with the knees chosen on a grid.
   Because it is structural it extrapolates to batch sizes and K not tried yet.
+* :class:`CatchUpCost` -- what one drafter token caught up after K = 0 costs: the time a
+  resume step took beyond the step-cost model's price of its K, per token caught up.
 * :class:`ConfidenceMap` -- a binned, monotone (pool-adjacent-violators) map from a
   draft confidence to the probability that the token is accepted.
 
@@ -594,6 +596,42 @@ class StepCostModel:
 
 
 # ----------------------------------------------------------------------------- confidence
+
+
+class CatchUpCost:
+    """The price of a drafter token caught up after K = 0 (patch ``drafter-k0``).
+
+    A step that resumes drafting first runs the drafter over every token it missed (the
+    prompts that arrived and the tokens produced while K was 0), then drafts; the engine
+    leaves that step out of the step-cost model and reports ``(tokens, ms)`` instead
+    (``StepResult.catch_up``).  Its cost beyond the model's price of the step's K is the
+    catch-up's: ``ms_per_token = sum(extra) / sum(tokens)`` over decayed sums (each new
+    resume weighs ``1 - decay`` of what came before), 0 where a resume cost less than
+    predicted.  :meth:`price` is None until a resume has been measured."""
+
+    def __init__(self, decay: float = 0.8) -> None:
+        if not 0.0 <= decay < 1.0:
+            raise ValueError(f"catch-up decay must be in [0, 1), got {decay!r}")
+        self.decay = decay
+        self._ms = 0.0
+        self._tokens = 0.0
+        self.resumes = 0
+
+    def add(self, tokens: int, extra_ms: float) -> None:
+        if tokens <= 0 or not math.isfinite(extra_ms):
+            return
+        self._ms = self.decay * self._ms + max(0.0, float(extra_ms))
+        self._tokens = self.decay * self._tokens + float(tokens)
+        self.resumes += 1
+
+    @property
+    def ms_per_token(self) -> float | None:
+        return None if self._tokens <= 0 else self._ms / self._tokens
+
+    def price(self, tokens: int) -> float | None:
+        """Predicted ms of catching ``tokens`` up (None: no resume measured yet)."""
+        per = self.ms_per_token
+        return None if per is None else per * max(0, int(tokens))
 
 
 class ConfidenceMap:

@@ -86,6 +86,9 @@ class StepResult:
     # the batch draft depth this step drafted (decided for it; verified by the next step);
     # None: the same as ``k_verified`` (a steady K, as in the simulator)
     k_drafted: int | None = None
+    # a step whose drafter first caught up tokens it missed in K = 0 steps (its ``wall_ms``
+    # is None: the time is the resume's): (tokens caught up, the step's ms)
+    catch_up: tuple[int, float] | None = None
 
     @property
     def drafted_k(self) -> int:
@@ -105,6 +108,9 @@ class BatchView:
     confidences: Mapping[str, Sequence[float]] | Any | None = None
     # optional per-request next-draft top-8 entropies (nats), same forms as ``confidences``
     entropies: Mapping[str, Sequence[float]] | Any | None = None
+    # drafter tokens that drafting K > 0 for the whole batch would catch up first (the
+    # drafter sat out K = 0 steps, patch drafter-k0); 0 when nothing is missed
+    catch_up_tokens: int = 0
 
 
 class KiArray(Mapping[str, int]):

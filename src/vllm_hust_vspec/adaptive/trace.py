@@ -62,12 +62,15 @@ def _weighed(d: Decision) -> dict[str, Any]:
 
 
 def result_record(r: StepResult, drafted: int, accepted: int) -> dict[str, Any]:
-    return {
+    rec = {
         "step": r.step,
         "drafted": drafted,
         "accepted": accepted,
         "ms": None if r.wall_ms is None else round(r.wall_ms, 4),
     }
+    if r.catch_up is not None:  # a resume: its tokens caught up and its time
+        rec["catch_up_ms"] = round(float(r.catch_up[1]), 4)
+    return rec
 
 
 def is_decision(rec: dict[str, Any]) -> bool:

@@ -46,6 +46,19 @@ class DrafterLedger:
         self.tokens_caught_up = 0
         self._first: dict[str, int] = {}
 
+    def pending(self, running: Any) -> int:
+        """Drafter tokens a step drafting K > 0 for every one of ``running`` (requests with
+        ``request_id`` and ``num_computed_tokens``) would catch up first: per request, its
+        first input position (its computed tokens when the step is scheduled) less the
+        first position without drafter KV.  0 until some step was skipped."""
+        if not self.ever_skipped:
+            return 0
+        total = 0
+        for r in running:
+            p0 = int(r.num_computed_tokens)
+            total += p0 - missed_from(self.synced.get(r.request_id), p0)
+        return total
+
     def before(self, requests: Mapping[str, Any], scheduler_output: Any) -> None:
         """The step's requests and their first input positions (their computed tokens before
         the step: ``_update_after_schedule`` already added the scheduled ones)."""

@@ -237,7 +237,8 @@ class EngineRuntime:
                     index = self.rotation.decision(self.step)
                     if self._parts[index][0] is not self.controller:
                         self._activate(index)
-                d = self.gate.decide(self.step, running)
+                d = self.gate.decide(self.step, running,
+                                     None if self.ledger is None else self.ledger.pending)
                 t = time.perf_counter()
                 self._flush_records()  # before the clock opens: a fault here opens no step
                 self.clock.open(self.step, d.k, t)
@@ -362,9 +363,13 @@ class EngineRuntime:
         # drafter-k0) also ran that pass: its time is the resume's, not its K's (priced as
         # its K, every resume made K > 0 look dearer than it is and held the policy at 0).
         drafter = None
+        catch_up = None
         if self.ledger is not None:
             drafter = self.ledger.after(clocked.step, clocked.k_drafted, self.scheduler.requests)
             if drafter is not None and drafter["drafter"]["caught_up"]:
+                # ... but it is what a resume costs: the controller prices resumes from it
+                if timed_ms is not None:
+                    catch_up = (int(drafter["drafter"]["caught_up"]), timed_ms)
                 timed_ms = None
         # the step's per-request counts (and the verified drafts' confidences) as aligned
         # arrays; a step that verified nothing passes none, as an empty ``results``
@@ -372,7 +377,7 @@ class EngineRuntime:
         some = len(verified.req_ids) > 0
         if not self.fault.tripped:
             try:
-                self._observe(clocked, batch, verified, timed_ms, prefill)
+                self._observe(clocked, batch, verified, timed_ms, prefill, catch_up)
             except Exception:
                 self._trip("observe")
         if self.fault.tripped:  # the fallback's own account of the step
@@ -390,7 +395,7 @@ class EngineRuntime:
         self.outputs.maybe_log(self._stats)
 
     def _observe(self, clocked: Any, batch: int, verified: Any, timed_ms: float | None,
-                 prefill: bool) -> None:
+                 prefill: bool, catch_up: tuple[int, float] | None = None) -> None:
         """The step's results to the controller that decided it (and the paired
         comparison's window account)."""
         some = len(verified.req_ids) > 0
@@ -411,7 +416,7 @@ class EngineRuntime:
             drafted=verified.drafted if some else None,
             accepted=verified.accepted if some else None,
             confidences=verified.confidences,
-            context_lens=verified.context_lens if some else None))
+            context_lens=verified.context_lens if some else None, catch_up=catch_up))
         self._flush_records()
 
     def _trip(self, where: str) -> None:

@@ -43,11 +43,13 @@ class DecisionGate:
     def clamp(self, k: int) -> int:
         return min(max(int(k), 0), self.kmax)
 
-    def decide(self, step: int, running: Sequence[Any]) -> GateDecision:
+    def decide(self, step: int, running: Sequence[Any],
+               catch_up: Any = None) -> GateDecision:
         """The decision of step ``step``, made on the running requests that decode in it
         (a prefill that joins the step does not change K for that reason; when every
         request prefills, on all of them).  Read of each: ``request_id``, ``num_tokens``,
-        ``num_computed_tokens``, ``num_output_placeholders``."""
+        ``num_computed_tokens``, ``num_output_placeholders``.  ``catch_up``: the drafter
+        tokens those requests would catch up at K > 0 (a function of them), or None."""
         running = decision_batch(running)
         ids = tuple(r.request_id for r in running)
         if self._next is not None:  # made from the drafts' confidences
@@ -55,7 +57,8 @@ class DecisionGate:
             k = self.clamp(d.k)
         else:
             view = BatchView(step=step, req_ids=ids,
-                             context_lens=tuple(int(r.num_tokens) for r in running))
+                             context_lens=tuple(int(r.num_tokens) for r in running),
+                             catch_up_tokens=0 if catch_up is None else int(catch_up(running)))
             d = self.controller.decide(view)
             k = self.clamp(d.k)
             limits = None if d.k_i is None else ki_limits(d.k_i, ids, k)

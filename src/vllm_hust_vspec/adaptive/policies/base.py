@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..estimators import AcceptanceEstimator, ConfidenceMap, StepCostModel
+from ..estimators import AcceptanceEstimator, CatchUpCost, ConfidenceMap, StepCostModel
 from ..observations import BatchView, Decision, StepResult
 
 
@@ -45,6 +45,7 @@ class PolicyContext:
     # before Policy.observe so policies need not count the requests again
     step_counts: tuple[StepResult, int] | None = None
     extras: dict = field(default_factory=dict)  # free slot for policies' shared data
+    catch_up: CatchUpCost = field(default_factory=CatchUpCost)  # a resume's drafter pass
 
     @property
     def candidates(self) -> range:
