@@ -9,9 +9,7 @@ decision trace, the scheduler or the KV cache.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import logging
 import os
 import pathlib
 import time
@@ -20,6 +18,7 @@ import pytest
 
 from plugin_helpers import (
     assert_lossless,
+    capture_log,
     close,
     greedy,
     make_llm,
@@ -56,33 +55,9 @@ HOLDOUT_LIMIT = 0.25
 MAX_WAIT_SHARE = 0.10  # above it other processes, not the engine, set the measured step times
 
 
-class _Lines(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.INFO)
-        self.lines: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(record.getMessage())
-
-
-@contextlib.contextmanager
-def _capture_log():
-    """The plugin's INFO log lines while the block runs."""
-    handler = _Lines()
-    logger = logging.getLogger("vllm_hust_vspec")
-    logger.addHandler(handler)
-    old = logger.level
-    logger.setLevel(logging.INFO)
-    try:
-        yield handler.lines
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(old)
-
-
 @pytest.fixture
 def vspec_log():
-    with _capture_log() as lines:
+    with capture_log() as lines:
         yield lines
 
 
@@ -121,7 +96,7 @@ def calibrated(fixtures_dir, prompts, tmp_path_factory):
     grid.write_text(json.dumps(GRID))
     table = tmp / "table.json"
     trace = tmp / "decisions.jsonl"
-    with _capture_log() as log:
+    with capture_log() as log:
         with plugin_env(adaptive_policy="budget", adaptive_dspark_calibration=str(grid),
                         adaptive_dspark_cost_table_output=str(table),
                         adaptive_trace_file=str(trace)):

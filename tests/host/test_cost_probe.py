@@ -10,12 +10,11 @@ engine then generates exactly the target-only tokens.
 
 from __future__ import annotations
 
-import logging
-
 import pytest
 
 from plugin_helpers import (
     assert_lossless,
+    capture_log,
     close,
     greedy,
     make_llm,
@@ -32,15 +31,6 @@ pytestmark = [pytest.mark.host]
 KMAX = 2
 MAX_NUM_SEQS = 8
 MAX_TOKENS = 32
-
-
-class _Lines(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.INFO)
-        self.lines: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(record.getMessage())
 
 
 @pytest.fixture(scope="module")
@@ -60,33 +50,25 @@ def baseline(fixtures_dir, prompts):
 @pytest.fixture(scope="module")
 def probed(fixtures_dir, prompts, tmp_path_factory):
     trace = tmp_path_factory.mktemp("probe") / "decisions.jsonl"
-    handler = _Lines()
-    logger = logging.getLogger("vllm_hust_vspec")
-    logger.addHandler(handler)
-    old = logger.level
-    logger.setLevel(logging.INFO)
-    try:
-        with plugin_env(adaptive_cost_probe=True, adaptive_trace_file=str(trace)):
-            llm = make_llm(fixtures_dir / "target-large",
-                           {"method": "draft_model", "model": str(fixtures_dir / "draft"),
-                            "num_speculative_tokens": KMAX}, max_num_seqs=MAX_NUM_SEQS)
-            rt = runtime_of(llm)
-            c = rt.controller
-            sched = rt.scheduler
-            state = {
-                "decisions": c.decisions, "steps": c.steps, "samples": c.cost.n,
-                "cells": c.cost.cells, "requests": len(sched.requests),
-                "kv_usage": sched.get_kv_cache_usage(), "override": rt.k_override,
-                "predicted": {b: c.cost.predict_uniform(b, range(KMAX + 1))
-                              for b in probe.probe_batches(MAX_NUM_SEQS)},
-                "trace_lines": len(trace.read_text().splitlines()) if trace.exists() else 0,
-            }
-            tokens = greedy(llm, prompts, MAX_TOKENS)
-            close(llm)
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(old)
-    return {"state": state, "tokens": tokens, "log": handler.lines, "trace": trace}
+    with capture_log() as log, plugin_env(adaptive_cost_probe=True,
+                                          adaptive_trace_file=str(trace)):
+        llm = make_llm(fixtures_dir / "target-large",
+                       {"method": "draft_model", "model": str(fixtures_dir / "draft"),
+                        "num_speculative_tokens": KMAX}, max_num_seqs=MAX_NUM_SEQS)
+        rt = runtime_of(llm)
+        c = rt.controller
+        sched = rt.scheduler
+        state = {
+            "decisions": c.decisions, "steps": c.steps, "samples": c.cost.n,
+            "cells": c.cost.cells, "requests": len(sched.requests),
+            "kv_usage": sched.get_kv_cache_usage(), "override": rt.k_override,
+            "predicted": {b: c.cost.predict_uniform(b, range(KMAX + 1))
+                          for b in probe.probe_batches(MAX_NUM_SEQS)},
+            "trace_lines": len(trace.read_text().splitlines()) if trace.exists() else 0,
+        }
+        tokens = greedy(llm, prompts, MAX_TOKENS)
+        close(llm)
+    return {"state": state, "tokens": tokens, "log": log, "trace": trace}
 
 
 def _probe_line(log: list[str]) -> str:
