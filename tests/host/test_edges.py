@@ -81,8 +81,8 @@ def test_edges_are_lossless_and_counted(fixtures_dir, tmp_path):
             sitter_rid: list[str] = []
             decide = rt.gate.decide
 
-            def gate_decide(step, running):
-                d = decide(step, running)
+            def gate_decide(step, running, *args):
+                d = decide(step, running, *args)
                 for r in running:
                     if list(r.prompt_token_ids) == sitter_ids and r.request_id not in sitter_rid:
                         sitter_rid.append(r.request_id)

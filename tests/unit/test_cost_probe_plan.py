@@ -18,13 +18,40 @@ def test_the_probe_is_off_when_asked_or_when_no_policy_prices_with_step_costs():
             self.adaptive_cost_probe = on
 
     class _R:
-        def __init__(self, on: bool, *uses: bool) -> None:
+        def __init__(self, on: bool, *uses: bool, method: str = "draft_model") -> None:
             self.settings = _S(on)
             self.controllers = [_C(u) for u in uses]
+            self.method = method
 
     assert probe.wants_probe(_R(True, False, True))
+    assert probe.wants_probe(_R(True, True, method="mtp"))
     assert not probe.wants_probe(_R(False, True))
     assert not probe.wants_probe(_R(True, False, False))
+    # an n-gram drafter drafts from the text: synthetic prompts hold no forced K
+    assert not probe.wants_probe(_R(True, True, method="ngram"))
+
+
+def test_the_probe_grid_is_cut_to_the_engines_kv_cache_and_step_budget():
+    grid = probe.probe_grid(4, 16, 1024)  # 129 KV tokens a request: 160 in blocks of 32
+    # the soak's KV cache: 36 blocks of 32 tokens hold 7 probe requests, not 16
+    small = probe.fit_limits(grid, max_num_seqs=16, max_num_batched_tokens=2048,
+                             kv_capacity_tokens=36 * 32, block_size=32)
+    assert small.request_buckets == (1, 4, 7)
+    assert [(b, g // b - 1) for b, g, _ in small.points()] == [
+        (b, k) for b in (1, 4, 7) for k in range(5)]
+    # a 48-token step budget: no point of more rows
+    tight = probe.fit_limits(grid, max_num_seqs=16, max_num_batched_tokens=48,
+                             kv_capacity_tokens=1 << 20, block_size=16)
+    assert tight.request_buckets == (1, 4, 16)
+    assert max(g for _, g, _ in tight.points()) <= 48
+    assert (16, 48) in [(b, g) for b, g, _ in tight.points()]
+    assert (16, 64) not in [(b, g) for b, g, _ in tight.points()]
+    # not one request fits: no probe
+    assert probe.fit_limits(grid, max_num_seqs=16, max_num_batched_tokens=2048,
+                            kv_capacity_tokens=100, block_size=32) is None
+    # what fits is left as it was
+    assert probe.fit_limits(grid, max_num_seqs=16, max_num_batched_tokens=8192,
+                            kv_capacity_tokens=1 << 20, block_size=16) == grid
 
 
 def test_probe_grid_fits_a_short_context_and_a_small_batch_limit():

@@ -25,6 +25,7 @@ alone). The engine side (the measurement, its time cap, the log line) is
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from collections.abc import Sequence
 from typing import Any
@@ -64,9 +65,36 @@ def probe_grid(kmax: int, max_num_seqs: int, max_model_len: int) -> CalibrationG
         windows_per_point=PROBE_WINDOWS, time_cap_s=PROBE_TIME_CAP_S, source="cost probe")
 
 
+def fit_limits(grid: CalibrationGrid, *, max_num_seqs: int, max_num_batched_tokens: int,
+               kv_capacity_tokens: int, block_size: int = 1) -> CalibrationGrid | None:
+    """The probe grid cut to what this engine holds: no batch above ``max_num_seqs`` or
+    above what the KV cache holds at once (a probed batch too large is replaced by the
+    largest that fits), no point of more target rows than ``max_num_batched_tokens``. None
+    when not even one request fits (the probe is then skipped: it is a head start, not a
+    requirement)."""
+    ctx = grid.contexts[0]
+    block = max(1, int(block_size))
+    per_request = -(-grid.kv_needed(ctx) // block) * block
+    top = min(int(max_num_seqs), int(kv_capacity_tokens) // per_request)
+    if top < 1:
+        return None
+    batches = tuple(b for b in sorted({min(b, top) for b in grid.request_buckets})
+                    if b <= max_num_batched_tokens)
+    if not batches:
+        return None
+    rows = {b * (w + 1) for b in batches for w in range(grid.draft_width + 1)}
+    return dataclasses.replace(
+        grid, request_buckets=batches,
+        target_graph_rows=tuple(sorted(g for g in rows if g <= max_num_batched_tokens)))
+
+
 def wants_probe(runtime: Any) -> bool:
-    """True when the probe is on and some controller prices K with the step-cost model."""
+    """True when the probe is on, some controller prices K with the step-cost model, and the
+    method has a model drafter: an n-gram (or suffix) drafter drafts from the text, and the
+    probe's synthetic prompts give it nothing to draft, so no forced K could be held."""
     if not runtime.settings.adaptive_cost_probe:
+        return False
+    if methods.draft_forwards(runtime.method, 1) == 0:
         return False
     return any(c.uses_step_costs for c in runtime.controllers)
 

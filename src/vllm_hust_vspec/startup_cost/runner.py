@@ -92,8 +92,19 @@ def probe_at_start(runtime: Any, engine_core: Any) -> list[tuple[int, int, int, 
     the step-cost model of every policy that prices with it, log the table; returns the
     samples handed over."""
     scheduler = engine_core.scheduler
-    grid = probe.probe_grid(runtime.kmax, int(scheduler.max_num_running_reqs),
-                            int(scheduler.max_model_len))
+    block = int(scheduler.block_size)
+    capacity = int(scheduler.kv_cache_config.num_blocks) * block
+    grid = probe.fit_limits(
+        probe.probe_grid(runtime.kmax, int(scheduler.max_num_running_reqs),
+                         int(scheduler.max_model_len)),
+        max_num_seqs=int(scheduler.max_num_running_reqs),
+        max_num_batched_tokens=int(scheduler.max_num_scheduled_tokens),
+        kv_capacity_tokens=capacity, block_size=block)
+    if grid is None:
+        logger.info("vllm-hust-vspec cost probe: skipped: the KV cache (%d tokens) or the step "
+                    "budget (%d tokens) holds no probe request", capacity,
+                    int(scheduler.max_num_scheduled_tokens))
+        return []
     _check_limits(scheduler, grid)
     t0 = time.perf_counter()
     measured = measure(engine_core, runtime, grid, _time_cap(engine_core, grid))
