@@ -25,7 +25,7 @@ BASE_ENV = {
     "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
     "HF_HUB_OFFLINE": "1",
     "TOKENIZERS_PARALLELISM": "false",
-    # the start-up cost probe (seconds per engine) is on by default; the suite starts dozens
+    # the start-up cost probe (seconds per engine) is off by default; kept off here (the suite starts dozens
     # of engines, so it runs only where a test asks for it (test_cost_probe.py)
     "HUST_VSPEC_ADAPTIVE_COST_PROBE": "0",
 }
