@@ -32,7 +32,7 @@ from typing import Any
 
 from vllm_hust_vspec import methods
 from vllm_hust_vspec.startup_cost.fit import Window, by_point
-from vllm_hust_vspec.startup_cost.grid import IN_FLIGHT_STEPS, CalibrationGrid, ContextRange
+from vllm_hust_vspec.startup_cost.grid import CalibrationGrid, ContextRange
 
 PROBE_BATCHES = (1, 4, 16)  # capped at max_num_seqs (which is then probed itself)
 PROBE_PREFILL = 64  # prompt tokens of a probe request
@@ -54,15 +54,15 @@ def probe_grid(kmax: int, max_num_seqs: int, max_model_len: int) -> CalibrationG
     tokens (fewer when ``max_model_len`` is short), one prefill per point."""
     batches = probe_batches(max_num_seqs)
     rows = tuple(sorted({b * (w + 1) for b in batches for w in range(kmax + 1)}))
-    steps = PROBE_WARMUP_STEPS + PROBE_WINDOWS * PROBE_WINDOW_STEPS
-    growth = (steps + IN_FLIGHT_STEPS) * (kmax + 1)  # CalibrationGrid.progress_tokens
-    prefill = max(1, min(PROBE_PREFILL, max_model_len - growth - 1))
-    kv = max(prefill + 1, min(max_model_len - 1, prefill + growth))
-    return CalibrationGrid(
+    grid = CalibrationGrid(
         cost_model="additive", draft_width=kmax, request_buckets=batches,
-        target_graph_rows=rows, contexts=(ContextRange(prefill, 1, kv),),
+        target_graph_rows=rows, contexts=(ContextRange(PROBE_PREFILL, 1, PROBE_PREFILL),),
         warmup_steps=PROBE_WARMUP_STEPS, window_steps=PROBE_WINDOW_STEPS,
         windows_per_point=PROBE_WINDOWS, time_cap_s=PROBE_TIME_CAP_S, source="cost probe")
+    growth = grid.progress_tokens  # a request's KV growth over one point
+    prefill = max(1, min(PROBE_PREFILL, max_model_len - growth - 1))
+    kv = max(prefill + 1, min(max_model_len - 1, prefill + growth))
+    return dataclasses.replace(grid, contexts=(ContextRange(prefill, 1, kv),))
 
 
 def fit_limits(grid: CalibrationGrid, *, max_num_seqs: int, max_num_batched_tokens: int,

@@ -92,8 +92,7 @@ def probe_at_start(runtime: Any, engine_core: Any) -> list[tuple[int, int, int, 
     the step-cost model of every policy that prices with it, log the table; returns the
     samples handed over."""
     scheduler = engine_core.scheduler
-    block = int(scheduler.block_size)
-    capacity = int(scheduler.kv_cache_config.num_blocks) * block
+    capacity, block = _kv_capacity(scheduler)
     grid = probe.fit_limits(
         probe.probe_grid(runtime.kmax, int(scheduler.max_num_running_reqs),
                          int(scheduler.max_model_len)),
@@ -184,15 +183,21 @@ def calibrate_at_start(runtime: Any, engine_core: Any, grid: CalibrationGrid,
 
 def _check_limits(scheduler: Any, grid: CalibrationGrid) -> None:
     """The grid against what this engine can schedule and hold (raises CalibrationError)."""
-    block = int(scheduler.block_size)
+    capacity, block = _kv_capacity(scheduler)
     check_engine_limits(
         grid, source=grid.source,
         max_num_seqs=int(scheduler.max_num_running_reqs),
         max_num_batched_tokens=int(scheduler.max_num_scheduled_tokens),
         max_model_len=int(scheduler.max_model_len),
-        kv_capacity_tokens=int(scheduler.kv_cache_config.num_blocks) * block,
+        kv_capacity_tokens=capacity,
         block_size=block,
     )
+
+
+def _kv_capacity(scheduler: Any) -> tuple[int, int]:
+    """The engine's KV cache in tokens, and its block size."""
+    block = int(scheduler.block_size)
+    return int(scheduler.kv_cache_config.num_blocks) * block, block
 
 
 def _log_holdout(grid: CalibrationGrid, holdout: dict[str, Any] | None, remeasured: int) -> None:
