@@ -192,6 +192,30 @@ def test_cost_model_cell_correction_follows_measurements():
     assert pred == pytest.approx(1.3 * _roofline(8, 16, 1), rel=0.1)
 
 
+def test_seeded_step_times_price_k_but_are_no_evidence_and_a_served_step_replaces_them():
+    """The start-up cost probe's samples (StepCostModel.seed) price every K like served
+    steps, give no support (the online policy still times a contending K while serving),
+    and the first served step of a cell replaces the cell's seeded mean."""
+    m = StepCostModel()
+    for b in (1, 4, 16):
+        for k in range(5):
+            m.seed(b, b * (1 + k), k, _roofline(b, b * (1 + k), k))
+    assert m.ready and m.n_seeded == 15 and m.n == 15
+    assert m.support(1, range(5)) == [0.0] * 5
+    for b in (1, 4, 16):
+        pred = m.predict_uniform(b, list(range(5)))
+        truth = [_roofline(b, b * (1 + k), k) for k in range(5)]
+        assert pred == pytest.approx(truth, rel=0.05)
+    cell = m._cells[(1, 3, 2)]
+    m.add(1, 3, 2, 40.0)  # served: far from the seeded price
+    assert m._ms[cell] == 40.0 and m._cnt[cell] == 1.0  # replaced, not averaged
+    support = m.support(1, range(5))
+    assert support[2] > 0.5 and support[:2] == [0.0, 0.0] and support[3:] == [0.0, 0.0]
+    m.add(1, 3, 2, 20.0)  # from here on the cell averages served steps as before
+    assert m._ms[cell] == pytest.approx(30.0) and m._cnt[cell] == 2.0
+    assert m.n_seeded == 15 and m.n == 17
+
+
 def test_cost_model_learns_draft_min_steps():
     m = StepCostModel()
     m.draft_min_steps = 1

@@ -296,6 +296,55 @@ def test_online_measures_where_the_batch_has_no_recent_step_times():
     assert sum(x >= 0.5 for x in timed) >= UNCERTAIN_TIMED
 
 
+def _seeded_batch1(true_ms, disturbed_k: int | None, accepted: int, decisions: int,
+                   exploration: float = 0.01):
+    """An online controller seeded with a start-up probe grid (batch 1, 4, 16; step ms
+    ``true_ms(b, k)``, the batch-1 price of ``disturbed_k`` 1.6x too dear, as a disturbed
+    probe window gives), then ``decisions`` at batch 1 where each request accepts up to
+    ``accepted`` drafts; returns the controller and its decisions."""
+    c = _ctl("online", kmax=4, warmup_samples=2, exploration=exploration)
+    c.seed_step_costs([(b, b * (k + 1), k, true_ms(b, k) * (1.6 if (b, k) == (1, disturbed_k) else 1.0))
+                       for b in (1, 4, 16) for k in range(5) for _ in range(2)])
+    out = []
+    for step in range(decisions):
+        d = c.decide(_view(1, step))
+        out.append(d)
+        _timed(c, step, 1, d.k, true_ms(1, d.k), accepted)
+    return c, out
+
+
+def _probe_grid_ms(b: int, k: int) -> float:
+    return 10.0 + 0.05 * b * (k + 1) + (1.0 + 0.1 * b) * k
+
+
+def test_online_times_a_contender_the_seeded_probe_priced_wrong():
+    """A disturbed probe window prices K = 3 at batch 1 1.6x too dear (true goodput: K = 3
+    best, 4 / 13 tok/ms; K = 4 next, 4 / 14). The seeded price is a prior, not evidence: the
+    policy times K = 3 while serving (a contender next to the best it believes) and holds it
+    afterwards (K = 4's estimate drifts up as its unverified position decays to the prior:
+    a step at K = 4 now and then). Counted as evidence, the bad price held K = 3 off until
+    a probe slot, a hundred decisions later."""
+    c, out = _seeded_batch1(_probe_grid_ms, disturbed_k=3, accepted=3, decisions=60)
+    measured = [d.k for d in out if d.reason.startswith("measure")]
+    assert 3 in measured
+    held = [d.k for d in out[20:] if d.reason.startswith(("best", "hold", "switch"))]
+    assert held and sum(k == 3 for k in held) >= 0.8 * len(held), [d.reason for d in out]
+
+
+def test_online_on_a_seeded_model_spends_no_step_on_a_k_it_knows_to_lose():
+    """A fast start: with every K priced by the start-up probe, the batch-1 warm-up is Kmax
+    (acceptance), measurements time only contenders and the probe slots keep their full
+    spacing: in the first 60 decisions at batch 1, where K = 0 and K = 1 are far behind, no
+    step runs them, and exploration (warm-up, measurements, probes) is at most 6 steps."""
+    c, out = _seeded_batch1(_probe_grid_ms, disturbed_k=None, accepted=3, decisions=60)
+    assert all(d.k >= 2 for d in out), [(d.k, d.reason) for d in out if d.k < 2]
+    explore = [d for d in out if d.reason.startswith(("warmup", "measure", "probe"))]
+    assert len(explore) <= 6, [d.reason for d in explore]
+    assert not any(d.reason.startswith("probe") for d in out)  # the first slot: 100 on
+    held = [d.k for d in out[10:] if d.reason.startswith(("best", "hold", "switch"))]
+    assert held and sum(k == 3 for k in held) >= 0.8 * len(held)
+
+
 def test_online_without_exploration_never_measures():
     _c, out = _jump(0.0)
     assert not any(d.reason.startswith("measure") for _s, d in out)

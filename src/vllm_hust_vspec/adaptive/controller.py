@@ -255,12 +255,13 @@ class Controller:
 
     def seed_step_costs(self, samples: Any) -> None:
         """Step times measured before the first decision (the start-up cost probe):
-        ``(batch, verify tokens, drafter passes, ms)`` each, added to the step-cost model as
-        served steps would be (they age the same way)."""
+        ``(batch, verify tokens, drafter passes, ms)`` each, the step-cost model's prior
+        (:meth:`~.estimators.StepCostModel.seed`: they price K and age like served steps,
+        and the first served step of a cell replaces them)."""
         if self.decisions or self.steps:
             raise RuntimeError("vllm-hust-vspec: step costs are seeded only before the first step")
         for batch, verify, passes, ms in samples:
-            self.cost.add(int(batch), int(verify), int(passes), float(ms))
+            self.cost.seed(int(batch), int(verify), int(passes), float(ms))
 
     def use_cost_table(self, table: Any) -> None:
         """Give the policy its one immutable cost table, before the first step."""

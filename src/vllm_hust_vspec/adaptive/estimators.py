@@ -401,7 +401,9 @@ class StepCostModel:
         self._ms: list[float] = []
         self._cnt: list[float] = []
         self._last: list[float] = []
+        self._seeded: list[bool] = []  # the cell holds seeded samples only (see seed())
         self.n = 0  # samples ever added
+        self.n_seeded = 0  # of which seeded (measured before serving, see seed())
         self._since_fit = 0
         self.coef: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)  # bias, c_t, c_p, c_d
         self.knees: tuple[float, float] = (0.0, 0.0)  # T0, B0
@@ -411,11 +413,35 @@ class StepCostModel:
 
     # -- data
     def add(self, batch: int, verify_tokens: int, draft_steps: int, ms: float) -> None:
+        """One served step's time."""
+        self._add(batch, verify_tokens, draft_steps, ms, seeded=False)
+
+    def seed(self, batch: int, verify_tokens: int, draft_steps: int, ms: float) -> None:
+        """One step time measured before serving (the start-up cost probe): it prices K
+        like a served step (fit and cell correction) but is a prior, not evidence: a cell
+        that holds only seeded samples gives no :meth:`support`, so the online policy
+        still times a contending K once while serving, and the first served step of the
+        cell replaces its seeded mean instead of averaging with it.  Why: the probe's
+        windows are a few steps of a server that has just started (measured 1.25x slow for
+        its first steps on the CPU host); counted as evidence, a disturbed probe price of
+        a K held the policy off that K for hundreds of steps (a clean-clone CI run held
+        K = 1 at batch 1 on code after a K = 0 phase, mean K 1.28 where 1.75 is due)."""
+        self._add(batch, verify_tokens, draft_steps, ms, seeded=True)
+        self.n_seeded += 1
+
+    def _add(self, batch: int, verify_tokens: int, draft_steps: int, ms: float,
+             seeded: bool) -> None:
         if not (ms >= 0.0) or not math.isfinite(ms):
             raise ValueError(f"step time must be a finite non-negative number, got {ms!r}")
         key = (batch, verify_tokens, draft_steps)
         i = self._cells.get(key)
-        if i is None:
+        if i is not None and self._seeded[i] and not seeded:
+            # the first served step of a cell the probe priced: the served time replaces it
+            self._ms[i] = ms
+            self._cnt[i] = 1.0
+            self._last[i] = float(self.n)
+            self._seeded[i] = False
+        elif i is None:
             self._cells[key] = len(self._ms)
             self._kb.append(float(batch))
             self._kt.append(float(verify_tokens))
@@ -423,6 +449,7 @@ class StepCostModel:
             self._ms.append(ms)
             self._cnt.append(1.0)
             self._last.append(float(self.n))
+            self._seeded.append(seeded)
             if len(self._ms) > 2 * self.max_cells:
                 self._prune()
         else:
@@ -457,7 +484,7 @@ class StepCostModel:
         if keep.all():
             return
         rows = np.flatnonzero(keep).tolist()
-        for name in ("_kb", "_kt", "_kd", "_ms", "_cnt", "_last"):
+        for name in ("_kb", "_kt", "_kd", "_ms", "_cnt", "_last", "_seeded"):
             old = getattr(self, name)
             setattr(self, name, [old[r] for r in rows])
         kb, kt, kd = self._kb, self._kt, self._kd
@@ -559,14 +586,16 @@ class StepCostModel:
 
     def support(self, batch: int, ks: Sequence[int]) -> list[float]:
         """How much recent evidence prices each K near this batch size: the summed fit
-        weight (count capped, aged) of the timed cells with K's drafter passes and a batch
+        weight (count capped, aged) of the served cells with K's drafter passes and a batch
         within a factor ``SUPPORT_SPAN`` of ``batch``, whatever they verified (on the real
         engine a step verifies the K of the step before and drafts its own).  0 for a K
-        never timed near this batch (the roofline extrapolates there)."""
+        never timed near this batch while serving (the roofline extrapolates there, or
+        only the seeded prior prices it: :meth:`seed`)."""
         if not self._ms:
             return [0.0] * len(ks)
         b = np.array(self._kb)
         near = (b * SUPPORT_SPAN >= batch) & (b <= batch * SUPPORT_SPAN)
+        near &= ~np.array(self._seeded)
         if not near.any():
             return [0.0] * len(ks)
         w = self._weights()[near]

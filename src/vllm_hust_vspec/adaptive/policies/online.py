@@ -19,7 +19,10 @@ Decision rule, in order:
    drafter catch-up).
 2. **Probe** (exploration): after warm-up, probe slots come every ``s_i`` decisions, with
    ``s_i = min(S, 2 + i // 4)`` (i = decisions since warm-up, so probing is dense at first)
-   and ``S = round(1 / exploration)``.  Slot number ``p`` probes ``candidates[p % n]``
+   and ``S = round(1 / exploration)``; after a warm-up on a seeded cost model every slot is
+   ``S`` apart, the first ``S`` after the warm-up (the dense start measured costs the probe
+   has measured: in a fresh demo server 4 of online's first 12 batch-1 decisions ran
+   K = 0, at half the goodput of K = 3, each followed by a drafter catch-up).  Slot number ``p`` probes ``candidates[p % n]``
    (n = number of candidates).  Hence *every K in [min_gamma, kmax] is chosen at least once
    in any window of ``W = n * S`` consecutive decisions after warm-up* (such a window holds
    at least n consecutive probe slots, which name every candidate).
@@ -33,7 +36,8 @@ Decision rule, in order:
 3. **Measure where the cost model only extrapolates**: while fewer than ``UNCERTAIN_TIMED``
    Ks have a recent step time near the current batch size
    (:meth:`~..estimators.StepCostModel.support` at least ``SUPPORT_MIN``: not so on a
-   fresh server, nor at a load the engine has not served lately), an untimed K runs
+   fresh server, nor at a load the engine has not served lately; the start-up cost probe's
+   seeded step times price K but are no such evidence), an untimed K runs
    batch-wide for one step (two when it resumes from K = 0: the first also catches the
    drafter up and is not timed), at most one measurement every ``UNCERTAIN_SPACING``
    decisions and of one K every ``UNCERTAIN_COOLDOWN``, none with exploration 0.  Once one
@@ -106,15 +110,17 @@ class OnlinePolicy(Policy):
         self._measuring: int | None = None  # a resume's measurement: its second step's K
 
     # -- helpers
-    def probe_spacing(self, exploration: float, since_warmup: int = 1 << 30) -> int | None:
-        """Decisions between two probe slots (None: no probes)."""
+    def probe_spacing(self, exploration: float, since_warmup: int = 1 << 30,
+                      dense_start: bool = True) -> int | None:
+        """Decisions between two probe slots (None: no probes); ``dense_start``: closer
+        slots just after the warm-up (``2 + i // 4``)."""
         if exploration > 0:
             full = max(1, round(1.0 / exploration))
         elif self.held == 0:
             full = ZERO_RESUME_PERIOD
         else:
             return None
-        return min(full, 2 + since_warmup // 4)
+        return min(full, 2 + since_warmup // 4) if dense_start else full
 
     def revisit_window(self, exploration: float) -> int | None:
         """W: every candidate is chosen at least once in any W decisions after warm-up."""
@@ -210,11 +216,16 @@ class OnlinePolicy(Policy):
             return self._probe(
                 self._warm_order[n], batch, ctx, f"warmup {n + 1}/{len(self._warm_order)}"
             )
+        # a model seeded before serving (the start-up cost probe) priced every K already:
+        # no dense probing after the warm-up, the first probe slot comes a spacing later
+        dense = not ctx.cost.n_seeded
         if self.warmup_done_at is None:
             self.warmup_done_at = n
+            if not dense:
+                self.next_probe = self.probe_spacing(ctx.exploration, dense_start=False) or 0
         after = n - self.warmup_done_at
         if after >= self.next_probe:
-            spacing = self.probe_spacing(ctx.exploration, after)
+            spacing = self.probe_spacing(ctx.exploration, after, dense)
             if spacing is not None:
                 self.next_probe = after + spacing
                 if after > 0 or ctx.exploration > 0:
@@ -229,14 +240,18 @@ class OnlinePolicy(Policy):
         """The K worth one measurement at batch ~``b`` (rule 3), or None: while fewer than
         ``UNCERTAIN_TIMED`` Ks have a recent step time near this batch, an untimed K whose
         predicted goodput is within ``UNCERTAIN_MARGIN`` of the best or that is next to the
-        best (with nothing timed here, any K), not measured in the last
+        best (with nothing timed here and no seeded prior, any K), not measured in the last
         ``UNCERTAIN_COOLDOWN`` decisions, the least supported first."""
         support = ctx.cost.support(b, self.candidates)
         timed = sum(1 for x in support if x >= SUPPORT_MIN)
         if timed >= UNCERTAIN_TIMED:
             return None
         best = max(range(len(gp)), key=gp.__getitem__)
-        floor = gp[best] / (1.0 + UNCERTAIN_MARGIN) if timed else 0.0
+        # a model seeded before serving (the start-up cost probe) prices every K here from
+        # measurements, not by extrapolation: only contenders are worth a step, as once a K
+        # is timed here
+        informed = timed or ctx.cost.n_seeded
+        floor = gp[best] / (1.0 + UNCERTAIN_MARGIN) if informed else 0.0
         lo = self.candidates[0]
         open_ = [i for i, x in enumerate(support)
                  if x < SUPPORT_MIN and (gp[i] >= floor or abs(i - best) == 1)
