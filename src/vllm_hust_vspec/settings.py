@@ -183,13 +183,12 @@ OPTIONS: tuple[Option, ...] = (
     Option("adaptive_online_window", "int", 256,
            "Half-life (in steps) of the step-cost model's samples.", minimum=8,
            group="controller"),
-    Option("adaptive_cost_probe", "bool", False,
+    Option("adaptive_cost_probe", "bool", True,
            "Before the server reports ready, time a few decode steps of every K at batch "
            "1, 4 and 16 (at most max_num_seqs) with synthetic requests, and seed the step-cost "
-           "model of the online and budget policies with them (seconds; a fresh server then "
-           "prices K at every load from its first step). Off by default for now: with it on, "
-           "one of two clean-clone runs of tests/host/test_plugin_serve.py held K = 1 at "
-           "batch 1 on code after a K = 0 phase (mean K 1.28, the test wants 1.75).",
+           "model of the online and budget policies with them (about 20 s on a 2-core CPU; a "
+           "fresh server then prices K at every load from its first step). The probe's "
+           "times are a prior: a K that contends is still timed once while serving.",
            group="controller"),
     Option("adaptive_k0_drafter", "str", "skip",
            "What the draft-model drafter does on a K = 0 step (synchronous scheduling): skip "

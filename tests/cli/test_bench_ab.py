@@ -51,10 +51,12 @@ def fake_env(fake: dict[str, pathlib.Path]) -> dict[str, str]:
 
 def real_ab(fixtures_dir: pathlib.Path, out: pathlib.Path, *args: str) -> subprocess.CompletedProcess:
     """One round of ``bench ab`` on the real fixtures (one warm-up request per server),
-    which must succeed."""
+    which must succeed. The start-up cost probe (on by default, ~20 s a server that runs
+    online) is off: these test the benchmark; the demo test runs the defaults."""
     env = clean_env(HUST_VSPEC_MODEL_DIR=str(fixtures_dir))
     proc = bench("--prompts-dir", str(fixtures_dir / "prompts"), "--output-dir", str(out),
                  "--rounds", "1", "--warmup-requests", "1", *args, "--", "--config", PRESET,
+                 "--no-adaptive-cost-probe",
                  env=env, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc

@@ -25,8 +25,9 @@ BASE_ENV = {
     "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
     "HF_HUB_OFFLINE": "1",
     "TOKENIZERS_PARALLELISM": "false",
-    # the start-up cost probe (seconds per engine) is off by default; kept off here (the suite starts dozens
-    # of engines, so it runs only where a test asks for it (test_cost_probe.py)
+    # the start-up cost probe (on by default, seconds per engine) is off here: the suite starts
+    # dozens of in-process engines; test_cost_probe.py turns it on, and the real servers of
+    # test_plugin_serve, test_launcher_serve, the soak and the demo run it as shipped
     "HUST_VSPEC_ADAPTIVE_COST_PROBE": "0",
 }
 MAX_TOKENS = 48

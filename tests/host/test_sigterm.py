@@ -92,8 +92,9 @@ def test_a_stop_while_serving_leaves_nothing_and_whole_trace_lines(fixtures_dir,
     from conftest import free_port
     trace = tmp_path / "decisions.jsonl"
     port = free_port()
+    # the start-up cost probe (on by default, ~20 s) is not what a stop while serving tests
     argv = [str(REPO / "run.sh"), "tiny-cpu-draft", "--port", str(port),
-            "--adaptive-trace-file", str(trace)]
+            "--adaptive-trace-file", str(trace), "--no-adaptive-cost-probe"]
     server = Server(argv, _env(fixtures_dir), tmp_path / "server.log", port)
     try:
         server.wait_ready()
