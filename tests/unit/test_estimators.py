@@ -109,6 +109,24 @@ def test_acceptance_decays_back_to_prior_without_data():
     assert est.estimate()[0] == pytest.approx(0.6, abs=0.02)
 
 
+def test_no_data_is_no_bad_news_for_an_estimate_above_the_prior():
+    """A K = 0 step carries no acceptance information: an estimate above its no-data
+    level stays where the data put it (decaying it to the
+    prior made K = 1 look 7 % worse over a K = 0 stretch at batch 16 on code, and online
+    stayed at K = 0); one below it still reverts (the test above)."""
+    est = AcceptanceEstimator(3, weight=0.05, prior_mean=0.6)
+    for _ in range(50):
+        est.update_counts([16, 12, 9], [12, 9, 1])  # 0.75, 0.75, 0.11
+    before = est.estimate()
+    assert before[0] > 0.7 and before[1] > 0.7 and before[2] < 0.2
+    for _ in range(400):
+        est.decay_only()
+    after = est.estimate()
+    assert after[0] == pytest.approx(before[0]) and after[1] == pytest.approx(before[1])
+    # position 3 (below its no-data level 0.6 * 0.95 ** 2) reverts toward the chained prior
+    assert after[2] > 0.5
+
+
 def test_acceptance_bad_args():
     with pytest.raises(ValueError, match="ewma weight"):
         AcceptanceEstimator(4, weight=0.0)
