@@ -156,8 +156,9 @@ class AcceptanceEstimator:
     its decisions there.  (Positions above the held K keep decaying in :meth:`update_counts`:
     kept there, a deep position's lucky estimate from a few probe trials held K too deep in
     the simulator, online / best fixed 0.981 -> 0.978 on stationary-high.)  When position 1
-    holds more than ``max_trials`` (decayed) trials, all counts are scaled down to that volume, so at large batch the
-    memory is a few steps and at small batch it is ``~1 / weight`` steps.  The estimate is the posterior mean::
+    holds more than ``max_trials`` (decayed) trials, all counts are scaled down to that
+    volume, so at large batch the memory is a few steps and at small batch it is
+    ``~1 / weight`` steps.  The estimate is the posterior mean::
 
         a_1 = (s_1 + w0 * prior_mean) / (n_1 + w0)
         a_j = (s_j + wc * r * a_{j-1}) / (n_j + wc)          (j >= 2, r = chain_ratio)
@@ -446,11 +447,12 @@ class StepCostModel:
         like a served step (fit and cell correction) but is a prior, not evidence: a cell
         that holds only seeded samples gives no :meth:`support`, so the online policy
         still times a contending K once while serving, and the first served step of the
-        cell replaces its seeded mean instead of averaging with it.  Why: the probe's
-        windows are a few steps of a server that has just started (measured 1.25x slow for
-        its first steps on the CPU host); counted as evidence, a disturbed probe price of
-        a K held the policy off that K for hundreds of steps (a clean-clone CI run held
-        K = 1 at batch 1 on code after a K = 0 phase, mean K 1.28 where 1.75 is due)."""
+        cell replaces its seeded mean instead of averaging with it.  Why: a probe point is
+        two windows of four steps, and in a server its batch-1 row came out non-monotone
+        in K (``K0 21.7 K1 27.5 K2 23.4 K3 21.8 K4 22.4`` ms, the same shape on a second and
+        a third pass of the grid); counted as evidence, a disturbed probe price of a K held
+        the policy off that K until a probe slot (a clean-clone CI run held K = 1 at batch
+        1 on code after a K = 0 phase, mean K 1.28 where 1.75 is due)."""
         self._add(batch, verify_tokens, draft_steps, ms, seeded=True)
         self.n_seeded += 1
 

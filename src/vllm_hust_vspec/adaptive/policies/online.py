@@ -20,10 +20,10 @@ Decision rule, in order:
 2. **Probe** (exploration): after warm-up, probe slots come every ``s_i`` decisions, with
    ``s_i = min(S, 2 + i // 4)`` (i = decisions since warm-up, so probing is dense at first)
    and ``S = round(1 / exploration)``; after a warm-up on a seeded cost model every slot is
-   ``S`` apart, the first ``S`` after the warm-up (the dense start measured costs the probe
-   has measured: in a fresh demo server 4 of online's first 12 batch-1 decisions ran
-   K = 0, at half the goodput of K = 3, each followed by a drafter catch-up).  Slot number ``p`` probes ``candidates[p % n]``
-   (n = number of candidates).  Hence *every K in [min_gamma, kmax] is chosen at least once
+   ``S`` apart, the first ``S`` after the warm-up (the dense start re-measured costs the
+   start-up probe had measured: in a fresh demo server 4 of online's first 12 batch-1
+   decisions ran K = 0, at half the goodput of K = 3, each followed by a drafter catch-up).
+   Slot number ``p`` probes ``candidates[p % n]`` (n = number of candidates).  Hence *every K in [min_gamma, kmax] is chosen at least once
    in any window of ``W = n * S`` consecutive decisions after warm-up* (such a window holds
    at least n consecutive probe slots, which name every candidate).
    A probe above the held K is *partial*: a rotating ``ceil(B * PROBE_FRACTION)`` of the
