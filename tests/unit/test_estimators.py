@@ -111,9 +111,9 @@ def test_acceptance_decays_back_to_prior_without_data():
 
 def test_no_data_is_no_bad_news_for_an_estimate_above_the_prior():
     """A K = 0 step carries no acceptance information: an estimate above its no-data
-    level stays where the data put it (decaying it to the
-    prior made K = 1 look 7 % worse over a K = 0 stretch at batch 16 on code, and online
-    stayed at K = 0); one below it still reverts (the test above)."""
+    level stays where the data put it (decaying it to the prior made K = 1 look 7 % worse
+    over a K = 0 stretch at batch 16 on code, and online stayed at K = 0); one below it
+    still reverts (the test above)."""
     est = AcceptanceEstimator(3, weight=0.05, prior_mean=0.6)
     for _ in range(50):
         est.update_counts([16, 12, 9], [12, 9, 1])  # 0.75, 0.75, 0.11

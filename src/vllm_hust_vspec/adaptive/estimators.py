@@ -199,9 +199,10 @@ class AcceptanceEstimator:
 
     def _keeps(self) -> list[bool]:
         """Per position: True where its estimate is at or above what it would be with no
-        data at all (``prior_mean * chain_ratio ** (j - 1)``): a step that does not try the
-        position leaves its counts as they are (no data, no bad news); below that level they
-        decay toward it, so a pessimistic estimate is re-tested (see the class docstring)."""
+        data at all (``prior_mean * chain_ratio ** (j - 1)``): a K = 0 step
+        (:meth:`decay_only`) leaves its counts as they are (no data, no bad news); below
+        that level they decay toward it, so a pessimistic estimate is re-tested (see the
+        class docstring)."""
         level = self.prior_mean
         out = []
         for e in self.estimate():
@@ -235,12 +236,15 @@ class AcceptanceEstimator:
         d = self.decay
         t = self.tried
         a = self.accepted
+        decayed = False
         for j, keep in enumerate(self._keeps()):
             if not keep:
                 t[j] *= d
                 a[j] *= d
-        self._est = None
-        self._expected = None
+                decayed = True
+        if decayed:  # else the cached estimates still hold
+            self._est = None
+            self._expected = None
 
     def estimate(self) -> tuple[float, ...]:
         """Conditional acceptance per position 1..kmax."""
