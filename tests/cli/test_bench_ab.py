@@ -409,47 +409,76 @@ def _datasets(fixtures_dir, tmp_path):
 
 @pytest.mark.slow
 def test_the_users_own_traffic_open_loop(fixtures_dir, tmp_path):
-    """--dataset in ShareGPT and in vLLM's custom JSONL format, with Poisson arrivals
-    (--request-rate): the dataset workload's cells run on real servers, and every
-    configuration gets the same requests."""
+    """--dataset with Poisson arrivals (--request-rate): a ShareGPT dataset's cells run on real
+    servers and every configuration gets the same requests; vLLM's custom JSONL format is read
+    by the same loader (in this process: a third server would only repeat the run)."""
     sharegpt, custom = _datasets(fixtures_dir, tmp_path)
     env = clean_env(HUST_VSPEC_MODEL_DIR=str(fixtures_dir))
-    for spec, configs in ((f"sharegpt:{sharegpt}", "none,fixed:2"), (f"custom:{custom}", "none")):
-        out = tmp_path / spec.split(":")[0]
-        proc = bench("--dataset", spec, "--request-rate", "20", "--output-dir", str(out),
-                     "--configs", configs, "--concurrency", "2", "--rounds", "1",
-                     "--output-len", "8", "--requests-per-slot", "1", "--min-requests", "3",
-                     "--warmup-requests", "0", "--", "--config", PRESET, env=env, timeout=900)
-        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-        from vllm_hust_vspec.tools.bench_results import validate_results
+    out = tmp_path / "sharegpt"
+    configs = "none,fixed:2"
+    proc = bench("--dataset", f"sharegpt:{sharegpt}", "--request-rate", "20", "--output-dir",
+                 str(out), "--configs", configs, "--concurrency", "2", "--rounds", "1",
+                 "--output-len", "8", "--requests-per-slot", "1", "--min-requests", "3",
+                 "--warmup-requests", "0", "--", "--config", PRESET, env=env, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    from vllm_hust_vspec.tools.bench_datasets import load
+    from vllm_hust_vspec.tools.bench_results import validate_results
 
-        runs = validate_results(json.loads((out / "results.json").read_text()))
-        assert {(r.workload, r.concurrency) for r in runs} == {("dataset", 2)}
-        assert len(runs) == len(configs.split(",")) and all(r.output_tok_s > 0 for r in runs)
-        logs = sorted((out / "logs").glob("*.bench.log"))
-        # every configuration sent the dataset's 3 requests, open loop at the rate asked
-        assert len(logs) == len(runs)
-        for log in logs:
-            text = log.read_text()
-            assert "### dataset@2 concurrency=2 requests=3" in text
-            assert "Traffic request rate: 20.0" in text, log
+    runs = validate_results(json.loads((out / "results.json").read_text()))
+    assert {(r.workload, r.concurrency) for r in runs} == {("dataset", 2)}
+    assert len(runs) == len(configs.split(",")) and all(r.output_tok_s > 0 for r in runs)
+    logs = sorted((out / "logs").glob("*.bench.log"))
+    # every configuration sent the dataset's 3 requests, open loop at the rate asked
+    assert len(logs) == len(runs)
+    texts = [log.read_text() for log in logs]
+    for text in texts:
+        assert "### dataset@2 concurrency=2 requests=3" in text
+        assert "Traffic request rate: 20.0" in text
+    # the custom format: every record's prompt, its own output length under the cap
+    records = [json.loads(line) for line in custom.read_text().splitlines()]
+    got = load(f"custom:{custom}", str(fixtures_dir / "target"), 5, 4, seed=0)
+    assert sorted(p.text for p in got) == sorted(r["prompt"] for r in records)
+    assert {p.output_tokens for p in got} == {4}  # 6 asked by each record, capped at 4
+    got = load(f"custom:{custom}", str(fixtures_dir / "target"), 5, 64, seed=0)
+    assert {p.output_tokens for p in got} == {6}
 
 
-def test_a_bad_dataset_is_one_error_before_any_server(fixtures_dir, tmp_path):
+def test_a_bad_dataset_is_one_error_before_any_server(fixtures_dir, tmp_path, monkeypatch, capsys):
+    """The CLI once as a subprocess (exit status 2, one error line, no server), then every
+    other bad --dataset through the same ``main()`` in this process (each subprocess paid
+    ~8 s of imports: 54 s for the seven cases)."""
     sharegpt, custom = _datasets(fixtures_dir, tmp_path)
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"prompt": "a"}\n{"text": "no prompt"}\n')
     env = clean_env(HUST_VSPEC_MODEL_DIR=str(fixtures_dir))
-    for args, expect in (
-            (["--dataset", f"custom:{bad}"], f"{bad}:2: expected an object with a string 'prompt'"),
-            (["--dataset", f"sharegpt:{custom}"], f"{custom}: invalid JSON"),
-            (["--dataset", f"custom:{tmp_path / 'none.jsonl'}"], "not found"),
-            (["--dataset", "random:x"], "expected random:INPUT_LEN,OUTPUT_LEN"),
-            (["--dataset", f"custom:{custom}", "--workloads", "code"], "needs the dataset workload"),
-            (["--workloads", "dataset"], "the dataset workload needs --dataset"),
-            (["--dataset", f"custom:{custom}", "--request-rate", "0"], "expected a number > 0")):
-        proc = bench(*args, "--output-dir", str(tmp_path / "out"), "--configs", "none",
-                     "--", "--config", PRESET, env=env)
-        assert proc.returncode == 2, (args, proc.stdout, proc.stderr)
-        assert proc.stderr.count("error:") == 1 and expect in proc.stderr, (args, proc.stderr)
-        assert "server pid" not in proc.stdout
+    cases = [
+        (["--dataset", f"custom:{bad}"], f"{bad}:2: expected an object with a string 'prompt'"),
+        (["--dataset", f"sharegpt:{custom}"], f"{custom}: invalid JSON"),
+        (["--dataset", f"custom:{tmp_path / 'none.jsonl'}"], "not found"),
+        (["--dataset", "random:x"], "expected random:INPUT_LEN,OUTPUT_LEN"),
+        (["--dataset", f"custom:{custom}", "--workloads", "code"], "needs the dataset workload"),
+        (["--workloads", "dataset"], "the dataset workload needs --dataset"),
+        (["--dataset", f"custom:{custom}", "--request-rate", "0"], "expected a number > 0")]
+    tail = ["--output-dir", str(tmp_path / "out"), "--configs", "none", "--", "--config", PRESET]
+    args, expect = cases[0]
+    proc = bench(*args, *tail, env=env)
+    assert proc.returncode == 2, (args, proc.stdout, proc.stderr)
+    assert proc.stderr.count("error:") == 1 and expect in proc.stderr, (args, proc.stderr)
+    assert "server pid" not in proc.stdout
+
+    from vllm_hust_vspec.tools import bench as bench_cli
+
+    for key in [k for k in os.environ if k.startswith("HUST_VSPEC_")]:
+        monkeypatch.delenv(key)
+    monkeypatch.setenv("HUST_VSPEC_MODEL_DIR", str(fixtures_dir))
+    monkeypatch.chdir(REPO)
+    for args, expect in cases[1:]:
+        try:
+            rc = bench_cli.main(["ab", *args, *tail])
+        except SystemExit as exc:  # argparse's own errors (a bad --request-rate)
+            rc = exc.code
+        out, err = capsys.readouterr()
+        assert rc == 2, (args, out, err)
+        assert err.count("error:") == 1 and expect in err, (args, err)
+        assert "server pid" not in out
+        assert not (tmp_path / "out").exists()

@@ -28,7 +28,7 @@ EXIT_TIMEOUT = 60  # seconds the server gets to end every process after the sign
 # vLLM's HTTP server waits for open connections to close when it shuts down, and at times
 # leaves the requests in flight unanswered when its engine stops (host behaviour): the
 # clients give up after this long, as real clients do, and the server then ends
-CLIENT_TIMEOUT = 20
+CLIENT_TIMEOUT = 8
 
 
 def _wait_for(predicate, timeout: float, what: str, server: Server) -> None:
