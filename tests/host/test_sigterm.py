@@ -1,11 +1,13 @@
 """Stopping a plugin server at the worst moments (issue 16 item 3): real launcher starts.
 
-* Ctrl-C (SIGINT to the whole process group, as a terminal sends it), and SIGTERM to the
-  launcher alone (as ``docker stop`` sends it to PID 1), while the budget policy's start-up
-  calibration measures (before the server is ready): every process of the server ends, and
-  no cost table is left behind (written only whole, after the fit). vLLM 0.32's API server
-  itself ignores a stop signal there (docs/launcher.md, "Stopping"): the launcher, the
-  server's parent, ends it.
+* Ctrl-C (SIGINT to the whole process group, as a terminal sends it) while the start-up cost
+  probe measures, and SIGTERM to the launcher alone (as ``docker stop`` sends it to PID 1)
+  while the budget policy's start-up calibration measures (both before the server is
+  ready): the engine core stops measuring at its next step, every process of the server
+  ends within 10 s, and no cost table is left behind (written only whole, after the fit).
+  vLLM 0.32's API server itself ignores a stop signal there (docs/launcher.md, "Stopping"):
+  the launcher, the server's parent, passes the signal to every process under it and ends
+  what is left.
 * Ctrl-C, and SIGTERM to the launcher, while 8 requests are being served: every process
   ends, and the decision trace holds only whole JSON lines.
 """
@@ -54,8 +56,8 @@ def _ends_by_itself(server: Server) -> None:
     assert not alive, f"processes left {EXIT_TIMEOUT} s after the signal:\n{server.log()[-3000:]}"
 
 
-@pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
-def test_a_stop_during_startup_calibration_leaves_nothing(fixtures_dir, tmp_path, how):
+@pytest.mark.parametrize(("how", "during"), [("ctrl-c", "cost probe"), ("sigterm", "calibration")])
+def test_a_stop_during_startup_calibration_leaves_nothing(fixtures_dir, tmp_path, how, during):
     from conftest import free_port
     grid = tmp_path / "grid.json"
     grid.write_text(json.dumps({
@@ -68,21 +70,31 @@ def test_a_stop_during_startup_calibration_leaves_nothing(fixtures_dir, tmp_path
     argv = [str(REPO / "run.sh"), "tiny-cpu-draft", "--port", str(port),
             "--adaptive-policy", "budget", "--adaptive-dspark-calibration", str(grid),
             "--adaptive-dspark-cost-table-output", str(table)]
+    if during == "calibration":
+        argv.append("--no-adaptive-cost-probe")  # else the probe measures first
     server = Server(argv, _env(fixtures_dir), tmp_path / "server.log", port)
     try:
-        _wait_for(lambda: "vllm-hust-vspec calibration: point" in server.log(), 300,
-                  "calibration point", server)
+        _wait_for(lambda: f"vllm-hust-vspec {during}: point" in server.log(), 300,
+                  f"{during} point", server)
+        t0 = time.monotonic()
         if how == "ctrl-c":
             os.killpg(server.proc.pid, signal.SIGINT)
         else:
             server.proc.send_signal(signal.SIGTERM)
         _ends_by_itself(server)
+        took = time.monotonic() - t0
         rc = server.proc.returncode
     finally:
         server.stop()
     assert rc in (0, 128 + signal.SIGTERM, 128 + signal.SIGINT, 1), rc
+    name = "SIGINT" if how == "ctrl-c" else "SIGTERM"
     if how == "sigterm":
         assert "SIGTERM while the server starts" in server.log()
+    # the engine core ended the probe or the calibration at its next step, well before the
+    # launcher's 10 s grace (it went on measuring until killed at 20 s before
+    # startup_cost/stopping.py)
+    assert f"{during}: {name} received: stopped" in server.log(), server.log()[-3000:]
+    assert took < 10, (took, server.log()[-3000:])
     assert not table.exists(), table.read_text()[:500]
     assert not list(tmp_path.glob("table.json*")), list(tmp_path.iterdir())
 

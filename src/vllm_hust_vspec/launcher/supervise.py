@@ -14,10 +14,11 @@ So the launcher stays the parent (same process group, same terminal, same stdio)
 * passes every SIGTERM / SIGINT it gets to the server's main process (a second signal from a
   group-wide delivery is harmless: vLLM acts on the first);
 * when the server was not ready yet at the first signal (its ``/health`` did not answer),
-  gives it :data:`GRACE_S` to end by itself, then sends the same signal to every process
-  under it (the engine core ends its start-up, or the calibration, on SIGTERM), and after
-  another :data:`GRACE_S` (or as soon as the main process is left alone) kills what is
-  left, and exits with 128 + the stop signal;
+  sends the same signal at once to every process under it too (the engine core ends the
+  start-up cost probe or calibration at its next step, ``startup_cost/stopping.py``, and
+  any other start-up once it is constructed), and kills what is left after :data:`GRACE_S`,
+  or as soon as the main process has been alone for :data:`_ALONE_S`; then exits with
+  128 + the stop signal;
 * when the server was ready, waits as long as vLLM's own shutdown takes (its drain timeout);
 * when the server's main process has ended, kills any process it left behind, and returns its
   exit status (128 + N for a server ended by signal N, as a shell reports it).
@@ -39,7 +40,7 @@ import urllib.request
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-#: Seconds a server that was still starting gets at each step of its stop.
+#: Seconds a server that was still starting gets to end after a stop signal.
 GRACE_S = 10.0
 #: Signals passed on to the server.
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -114,6 +115,16 @@ class _Tree:
                     out.append(proc)
         return out
 
+    def working(self) -> list[Any]:
+        """The live processes other than multiprocessing's resource tracker (the API server
+        starts one; it ends with its parent, so it never ends a wait for the rest)."""
+        out = []
+        for proc in self.alive():
+            with contextlib.suppress(self._psutil.Error):
+                if not any("multiprocessing.resource_tracker" in a for a in proc.cmdline()):
+                    out.append(proc)
+        return out
+
     def signal(self, signum: int) -> None:
         for proc in self.alive():
             with contextlib.suppress(self._psutil.Error):
@@ -126,15 +137,12 @@ def run(executable: str, argv: Sequence[str], env: Mapping[str, str]) -> int:
     child = subprocess.Popen([executable, *argv[1:]], executable=executable, env=dict(env),
                              preexec_fn=_die_with_parent)
     tree = _Tree(child.pid)
-    stop: dict[str, Any] = {"signum": None, "at": 0.0, "starting": False, "stage": 0}
+    stop: dict[str, Any] = {"signum": None, "at": 0.0, "starting": False, "stage": 0,
+                            "alone_since": None}
 
     def on_signal(signum: int, _frame: Any) -> None:
-        if stop["signum"] is None:
+        if stop["signum"] is None:  # the loop below passes it on to the rest of the tree
             stop.update(signum=signum, at=time.monotonic(), starting=not answers(url))
-            if stop["starting"]:
-                print(f"vllm-hust-vspec: {signal.Signals(signum).name} while the server starts: "
-                      f"it gets {GRACE_S:.0f} s, then its processes are signalled, then killed",
-                      file=sys.stderr, flush=True)
         with contextlib.suppress(ProcessLookupError):
             os.kill(child.pid, signum)
 
@@ -162,16 +170,26 @@ def run(executable: str, argv: Sequence[str], env: Mapping[str, str]) -> int:
 
 
 def _escalate(child: subprocess.Popen, tree: _Tree, stop: dict[str, Any]) -> None:
-    waited = time.monotonic() - stop["at"]
-    if stop["stage"] == 0 and waited >= GRACE_S:
+    """A server stopped while it started: pass the signal to every process under it, kill
+    what is left after ``GRACE_S``, or once its
+    main process has been alone for ``_ALONE_S`` (it waits for an engine that ended, and its
+    wait never ends by itself)."""
+    now = time.monotonic()
+    waited = now - stop["at"]
+    if stop["stage"] == 0:
         stop["stage"] = 1
-        print(f"vllm-hust-vspec: the server did not stop in {GRACE_S:.0f} s: "
-              f"{signal.Signals(stop['signum']).name} to its {len(tree.alive())} processes",
-              file=sys.stderr, flush=True)
         tree.signal(stop["signum"])
-    elif stop["stage"] == 1 and (waited >= 2 * GRACE_S or (
-            waited >= GRACE_S + _ALONE_S and not tree.alive())):
-        # the main process outlived its engine: its wait for the engine never ends by itself
+        print(f"vllm-hust-vspec: {signal.Signals(stop['signum']).name} while the server "
+              f"starts: sent to its {len(tree.alive()) + 1} processes; what is left in "
+              f"{GRACE_S:.0f} s is killed", file=sys.stderr, flush=True)
+    if stop["stage"] != 1:
+        return
+    if tree.working():
+        stop["alone_since"] = None
+    elif stop["alone_since"] is None:
+        stop["alone_since"] = now
+    alone = stop["alone_since"] is not None and now - stop["alone_since"] >= _ALONE_S
+    if waited >= GRACE_S or alone:
         stop["stage"] = 2
         print(f"vllm-hust-vspec: the server did not stop in {waited:.0f} s: killed",
               file=sys.stderr, flush=True)

@@ -14,6 +14,7 @@ Errors are :class:`~.grid.CalibrationError` (a ``SettingsError``): the engine do
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
@@ -26,6 +27,7 @@ import numpy as np
 from vllm_hust_vspec.startup_cost.fit import Window, subset_problem
 from vllm_hust_vspec.startup_cost.forced import ForcedK
 from vllm_hust_vspec.startup_cost.grid import CalibrationError, CalibrationGrid, ContextRange
+from vllm_hust_vspec.startup_cost.stopping import StopSignals
 from vllm_hust_vspec.progress import Progress
 
 logger = logging.getLogger("vllm_hust_vspec")
@@ -50,14 +52,16 @@ class Measurement:
 
 
 def measure(engine_core: Any, runtime: Any, grid: CalibrationGrid,
-            time_cap_s: float | None = None) -> Measurement:
+            time_cap_s: float | None = None, what: str = "calibration") -> Measurement:
     """Drive the engine through every grid point (for at most ``time_cap_s``, default the
-    grid's); always purges its requests."""
+    grid's); always purges its requests.  A SIGTERM / SIGINT ends it at the next engine step
+    (:class:`~.stopping.StopSignals`: ``SystemExit``, ``what`` names it in the log)."""
     cap = float(grid.time_cap_s if time_cap_s is None else time_cap_s)
     points = grid.points()
     rng = np.random.default_rng(grid.token_seed)
     vocab = int(engine_core.vllm_config.model_config.get_vocab_size())
-    driver = _Driver(engine_core, runtime, rng, vocab)
+    stop = StopSignals(what)
+    driver = _Driver(engine_core, runtime, rng, vocab, stop)
     windows: list[Window] = []
     started = time.perf_counter()
     deadline = started + cap
@@ -66,31 +70,39 @@ def measure(engine_core: Any, runtime: Any, grid: CalibrationGrid,
     stopped = False
     per_point_s: list[float] = []
     # a bar on a terminal; the log line of each point (with its ETA) is the record elsewhere
-    bar = Progress(len(points), "vllm-hust-vspec calibration", unit="point", lines=False)
-    try:
-        for i, (b, g, ctx) in enumerate(points):
-            width = g // b - 1
-            t_point = time.perf_counter()
-            result = driver.run_point(i, b, g, width, ctx, grid, deadline)
-            if result is None:
-                stopped = True
-                break
-            got, again = result
-            remeasured += again
-            windows.extend(got)
-            done += 1
-            per_point_s.append(time.perf_counter() - t_point)
-            elapsed = time.perf_counter() - started
-            eta = statistics.mean(per_point_s) * (len(points) - done)
-            ms = 1000 * statistics.median(w.step_s for w in got)
-            bar.update()
-            logger.info(
-                "vllm-hust-vspec calibration: point %d/%d B=%d G=%d (width %d, %s): "
-                "%.3f ms/step over %d windows%s; elapsed %.1f s, ETA %.1f s",
-                done, len(points), b, g, width, ctx.label(), ms, len(got),
-                f" ({again} disturbed window(s) measured again)" if again else "",
-                elapsed, eta)
-    finally:
+    bar = Progress(len(points), f"vllm-hust-vspec {what}", unit="point", lines=False)
+    with stop:
+        try:
+            for i, (b, g, ctx) in enumerate(points):
+                width = g // b - 1
+                t_point = time.perf_counter()
+                result = driver.run_point(i, b, g, width, ctx, grid, deadline)
+                if result is None:
+                    stopped = True
+                    break
+                got, again = result
+                remeasured += again
+                windows.extend(got)
+                done += 1
+                per_point_s.append(time.perf_counter() - t_point)
+                elapsed = time.perf_counter() - started
+                eta = statistics.mean(per_point_s) * (len(points) - done)
+                ms = 1000 * statistics.median(w.step_s for w in got)
+                bar.update()
+                logger.info(
+                    "vllm-hust-vspec %s: point %d/%d B=%d G=%d (width %d, %s): "
+                    "%.3f ms/step over %d windows%s; elapsed %.1f s, ETA %.1f s", what,
+                    done, len(points), b, g, width, ctx.label(), ms, len(got),
+                    f" ({again} disturbed window(s) measured again)" if again else "",
+                    elapsed, eta)
+        except BaseException:
+            bar.close()
+            # what failed may be the engine itself (a worker stopped by the same Ctrl-C): the
+            # first error is the one to see, not the purge's
+            with contextlib.suppress(Exception):
+                driver.purge()
+            stop.check()  # a stop signal (Ctrl-C also stops the workers) explains the failure
+            raise
         bar.close()
         driver.purge()
     seconds = time.perf_counter() - started
@@ -113,8 +125,10 @@ def measure(engine_core: Any, runtime: Any, grid: CalibrationGrid,
 class _Driver:
     """Adds, steps and purges the synthetic requests of one engine core."""
 
-    def __init__(self, engine_core: Any, runtime: Any, rng: np.random.Generator, vocab: int) -> None:
+    def __init__(self, engine_core: Any, runtime: Any, rng: np.random.Generator, vocab: int,
+                 stop: StopSignals | None = None) -> None:
         self.core = engine_core
+        self.stop = stop
         self.runtime = runtime
         self.rng = rng
         self.vocab = vocab
@@ -153,6 +167,12 @@ class _Driver:
         self.live = []
 
     def _step(self) -> None:
+        """One engine step of the measurements (a stop signal ends them before it)."""
+        if self.stop is not None:
+            self.stop.check()
+        self._run_step()
+
+    def _run_step(self) -> None:
         outputs, executed = self.core.step_fn()
         self.core.post_step(executed)
         del outputs  # no client waits for these requests
@@ -273,7 +293,7 @@ class _Driver:
                 core.abort_requests(leftover)
             flushes = 0
             while scheduler.has_requests() and flushes < 4:
-                self._step()
+                self._run_step()  # also after a stop signal
                 flushes += 1
             left = sorted(r for r in self.all_ids if r in scheduler.requests)
             if left:

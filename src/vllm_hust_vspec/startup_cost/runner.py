@@ -106,7 +106,7 @@ def probe_at_start(runtime: Any, engine_core: Any) -> list[tuple[int, int, int, 
         return []
     _check_limits(scheduler, grid)
     t0 = time.perf_counter()
-    measured = measure(engine_core, runtime, grid, _time_cap(engine_core, grid))
+    measured = measure(engine_core, runtime, grid, _time_cap(engine_core, grid), what="cost probe")
     rows = probe.samples(measured.windows, runtime.method, runtime.kmax, runtime.varies_k,
                          runtime.skip_k0)
     seeded = probe.seed(runtime.controllers, rows)
