@@ -24,6 +24,7 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from vllm_hust_vspec.retired import check_environment
 from vllm_hust_vspec.checks import decimal_key, is_int
 from vllm_hust_vspec.errors import VspecError
 from vllm_hust_vspec.names import MAX_ENTROPY, POLICIES, STOP_MODES
@@ -55,6 +56,7 @@ class Option:
     negatable: bool = True  # bools get --no-<flag>
     group: str = "general"
     vllm_flag: str | None = None  # host scope: the vLLM server argument it becomes
+    negatable_host: bool = True  # host bools: vLLM has --no-<flag> (else off passes nothing)
     toml: bool = True  # accepted as a TOML [serve] key
     cli: bool = True  # has a command-line flag
 
@@ -281,6 +283,19 @@ OPTIONS: tuple[Option, ...] = (
     Option("prompt_lookup_max", "int", None,
            "ngram: longest n-gram matched in the prompt (vLLM's prompt_lookup_max).",
            minimum=1, scope="launcher", group="speculation"),
+    Option("draft_tensor_parallel_size", "int", None,
+           "Tensor-parallel ranks of the drafter (vLLM's speculative-config "
+           "draft_tensor_parallel_size; unset: vLLM's default, the target's).", minimum=1,
+           scope="launcher", group="speculation"),
+    Option("mtp_local_argmax_reduction", "bool", None,
+           "mtp: reduce the drafter's argmax locally on each tensor-parallel rank before "
+           "gathering (vLLM's speculative-config use_local_argmax_reduction; vSpec's flag of "
+           "the same name).", scope="launcher", group="speculation"),
+    Option("eagle_disable_draft_torch_compile", "bool", None,
+           "Run the drafter eager, without torch.compile or graphs, while the target keeps "
+           "its graph mode (vLLM's speculative-config enforce_eager; vSpec's flag of the "
+           "same name, which meant EAGLE, works for every model drafter here).",
+           scope="launcher", group="speculation"),
     # ---- graphs (launcher scope: becomes --enforce-eager / --compilation-config) -------
     Option("graph_mode", "str", None,
            "Graph mode: eager (--enforce-eager), or a cudagraph_mode for "
@@ -288,6 +303,10 @@ OPTIONS: tuple[Option, ...] = (
            "Unset: vLLM's default. CPU hosts capture no graphs (vLLM runs them without).",
            choices=("eager", "piecewise", "full-decode-only", "full-and-piecewise", "full"),
            scope="launcher", group="graphs"),
+    Option("capture_sizes", "int_list", None,
+           "Explicit graph capture sizes (vLLM's cudagraph_capture_sizes), instead of the "
+           "capture policy's (graph-capable platforms; a CPU host captures no graphs).",
+           minimum=1, scope="launcher", group="graphs"),
     Option("capture_policy", "str", "auto",
            "How graph capture sizes cover every verify width K+1 the controller may choose "
            "(graph-capable platforms): auto (batch buckets 1,2,4,8 then every 8), exact "
@@ -325,6 +344,20 @@ OPTIONS: tuple[Option, ...] = (
            scope="host", vllm_flag="--gpu-memory-utilization", group="server"),
     Option("tensor_parallel_size", "int", None, "Tensor-parallel ranks.", minimum=1,
            scope="host", vllm_flag="--tensor-parallel-size", group="server"),
+    Option("kv_cache_dtype", "str", None,
+           "KV cache data type (vLLM's --kv-cache-dtype: auto, bfloat16, fp8, ...).",
+           scope="host", vllm_flag="--kv-cache-dtype", group="server"),
+    Option("block_size", "int", None, "Tokens per KV cache block.", minimum=1,
+           scope="host", vllm_flag="--block-size", group="server"),
+    Option("language_model_only", "bool", None,
+           "Load only the language model of a multimodal checkpoint (vLLM's "
+           "--language-model-only).", scope="host", vllm_flag="--language-model-only",
+           group="server"),
+    Option("disable_log_stats", "bool", None,
+           "Turn off vLLM's engine statistics (vLLM's --disable-log-stats): its periodic "
+           "log lines and its /metrics, and with them the plugin's vllm_hust_vspec:* "
+           "metrics (the decision trace stays). Unset or off: vLLM keeps them.", scope="host",
+           vllm_flag="--disable-log-stats", group="server", negatable_host=False),
     # ---- launcher -----------------------------------------------------------------------
     Option("device", "str", None,
            "Accelerators to use, e.g. 0,1 (CUDA_VISIBLE_DEVICES on cuda, "
@@ -571,6 +604,9 @@ def from_env(environ: Mapping[str, str] | None = None) -> Settings:
     """Read plugin settings from the env transport.  The new name wins over legacy
     aliases; an invalid value raises :class:`SettingsError` naming the variable."""
     environ = os.environ if environ is None else environ
+    problem = check_environment(environ)  # vSpec 0.14's variables for its Ascend paths
+    if problem is not None:
+        raise SettingsError(problem)
     values: dict[str, Any] = {}
     for o in options("plugin"):
         names = (o.env,) + o.env_aliases

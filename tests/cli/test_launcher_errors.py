@@ -196,7 +196,6 @@ def test_conflicting_flags(args, expect):
     "--confidence-accept-margin",  # confidence-accept: not built
     "--eagle-relaxed-accept-topk",  # relaxed top-K: not built
     "--adaptive-entropy-stop",  # vSpec top-2 entropy stop: ours is --adaptive-stop entropy (top-8)
-    "--eagle-tree-width",  # EAGLE tree: not built
     "--draft-active-vocab-size",  # active vocab: not built
     "--eagle-draft-lm-head-quantization",  # LM-head quantisation: not built
     "--draft-lm-head-quantization",
@@ -210,6 +209,45 @@ def test_vspec_k0_mode_is_refused_with_the_reason():
     for args in (["--adaptive-gamma0-mode", "sync"], ["--adaptive-gamma0-mode=sticky"]):
         fails(*BASE, *args, "--dry-run",
               expect=("--adaptive-gamma0-mode", "no drafter forward", "--adaptive-k0-drafter run"))
+
+
+@pytest.mark.parametrize(("flag", "says"), [
+    ("--merged-full", "--graph-mode"),
+    ("--no-merged-full", "--graph-mode"),
+    ("--merged-full-max-batch", "--capture-sizes"),
+    ("--no-shared-tokenizer-padding", "target's tokenizer"),
+    ("--mtp-strict-graph", "verify width"),
+    ("--eagle-uniform-state-kernel", "EAGLE"),
+    ("--graph-event-ordering", "graph replays"),
+    ("--adaptive-async", "--no-async-scheduling"),
+    ("--eagle-tree-width", "tree drafting"),
+    ("--eagle-draft-io-trace-dir", "--adaptive-trace-file"),
+    ("--vllm-source", "PYTHONPATH"),
+])
+def test_vspec_host_flags_are_refused_with_what_to_use(flag, says):
+    """vSpec 0.14's flags for its own Ascend graph and kernel paths (issue 19 item 6): one
+    error naming the flag, saying it is vSpec's and what to use here."""
+    value = [] if flag.startswith("--no-") or flag in ("--merged-full", "--mtp-strict-graph",
+                                                       "--eagle-uniform-state-kernel",
+                                                       "--graph-event-ordering",
+                                                       "--adaptive-async") else ["1"]
+    fails(*BASE, flag, *value, "--dry-run",
+          expect=(f"error: {flag}: a vSpec 0.14 option this release does not keep", says))
+
+
+def test_vspec_host_keys_and_variables_are_refused_too(tmp_path):
+    config = tmp_path / "old.toml"
+    config.write_text('[serve]\ntarget_model = "/m/t"\nmerged_full = false\n')
+    fails("--config", str(config), "--target-platform", "cpu", "--dry-run",
+          expect=(f"{config}: [serve] merged_full: a vSpec 0.14 option", "--graph-mode"))
+    fails(*BASE, "--dry-run", env=clean_env(HUST_VSPEC_USE_MERGED_FULL="0"),
+          expect=("environment variable HUST_VSPEC_USE_MERGED_FULL (vSpec's --merged-full)",))
+
+
+def test_the_plugin_refuses_a_vspec_host_variable_before_anything_starts():
+    from vllm_hust_vspec import settings
+    with pytest.raises(settings.SettingsError, match="HUST_VSPEC_MTP_STRICT_GRAPH"):
+        settings.from_env({"HUST_VSPEC_ENABLED": "1", "HUST_VSPEC_MTP_STRICT_GRAPH": "1"})
 
 
 def test_abbreviated_flag_is_unknown():

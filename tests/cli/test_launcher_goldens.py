@@ -25,6 +25,15 @@ CASES.update({
     "protocol-arc-easy-eagle": ["--protocol", "arc-easy", "--method", "eagle"],
     "protocol-qwen35-frontier-mtp2": ["--protocol", "qwen35-frontier-mtp2"],
 })
+# vSpec 0.14's server and speculation flags (issue 19 item 6): vLLM arguments and
+# speculative-config keys; explicit capture sizes on a graph mode.
+CASES["vspec-server-flags"] = [
+    "--config", "configs/tiny-cpu-draft.toml", "--kv-cache-dtype", "bfloat16", "--block-size",
+    "32", "--language-model-only", "--disable-log-stats", "--eagle-disable-draft-torch-compile",
+    "--draft-tensor-parallel-size", "1", "--graph-mode", "full-decode-only", "--capture-sizes",
+    "1,2,4,8,16,32"]
+CASES["vspec-mtp-local-argmax"] = ["--config", "configs/tiny-cpu-mtp.toml",
+                                   "--mtp-local-argmax-reduction"]
 # Capture policies on a graph mode: sizes = request buckets x verify widths 1..5.
 for policy in ("auto", "exact", "power2", "steady"):
     CASES[f"capture-{policy}"] = ["--config", "configs/tiny-cpu-draft.toml", "--graph-mode",

@@ -88,6 +88,15 @@ PLUGIN_FLAGS = ["--gamma", "3", "--adaptive-policy", "online", "--adaptive-hyste
                 "--adaptive-online-warmup-samples", "3", "--adaptive-log-interval", "5"]
 
 
+# vSpec 0.14's server flags (issue 19 item 6), each passed on to vLLM as its own argument or
+# speculative-config key: the server must start with them and vLLM must have taken each
+# (--disable-log-stats, which also ends /metrics, is checked against vLLM's parser in
+# test_vllm_accepts_server_args.py)
+SERVER_FLAGS = ["--block-size", "32",
+                "--language-model-only", "--eagle-disable-draft-torch-compile",
+                "--draft-tensor-parallel-size", "1"]
+
+
 @pytest.fixture(scope="module")
 def run_sh_server(fixtures_dir, tmp_path_factory):
     from conftest import free_port
@@ -95,7 +104,7 @@ def run_sh_server(fixtures_dir, tmp_path_factory):
     port = free_port()
     trace = tmp / "decisions.jsonl"
     argv = [str(REPO / "run.sh"), "tiny-cpu-draft", "--port", str(port), *PLUGIN_FLAGS,
-            "--adaptive-trace-file", str(trace)]
+            *SERVER_FLAGS, "--adaptive-trace-file", str(trace)]
     server = Server(argv, _env(fixtures_dir), tmp / "server.log", port)
     try:
         server.wait_ready()
@@ -124,6 +133,16 @@ def test_chat_completions(run_sh_server):
     assert r.status_code == 200, r.text
     assert r.json()["choices"][0]["message"]["content"] is not None
     assert r.json()["usage"]["completion_tokens"] >= 1
+
+
+def test_vspec_server_flags_reach_vllm(run_sh_server):
+    server, _, _ = run_sh_server
+    log = server.log()
+    args = next(x for x in log.splitlines() if "non-default args:" in x)
+    for pair in ("'block_size': 32", "'language_model_only': True"):
+        assert pair in args, args
+    spec = args[args.index("'speculative_config'"):]
+    assert "'enforce_eager': True" in spec and "'draft_tensor_parallel_size': 1" in spec, spec
 
 
 def test_plugin_active_and_flags_in_trace_header(run_sh_server):

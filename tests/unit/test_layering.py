@@ -3,7 +3,8 @@
 Layers, lowest first; a module may import from a lower layer and from its own package, and
 nothing else (imports inside functions count the same as module-level ones):
 
-    leaves       _version, names, errors, patchspec, progress, capture, manifests, fileio
+    leaves       _version, names, errors, patchspec, progress, capture, manifests, fileio,
+                 retired
     checks       the field checks every loader uses (raise errors.VspecError)
     schema       settings
     core         adaptive (the controller, pure Python), host (detection, static probe), methods
@@ -30,7 +31,8 @@ PACKAGE = "vllm_hust_vspec"
 SRC = pathlib.Path(__file__).resolve().parents[2] / "src" / PACKAGE
 
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("_version", "names", "errors", "patchspec", "progress", "capture", "manifests", "fileio"),
+    ("_version", "names", "errors", "patchspec", "progress", "capture", "manifests", "fileio",
+     "retired"),
     ("checks",),
     ("settings",),
     ("adaptive", "host", "methods"),

@@ -56,6 +56,12 @@ def speculative_config(res: Resolved) -> dict[str, Any] | None:
         cfg["prompt_lookup_min"] = v.prompt_lookup_min
     if v.prompt_lookup_max is not None:
         cfg["prompt_lookup_max"] = v.prompt_lookup_max
+    if v.draft_tensor_parallel_size is not None:
+        cfg["draft_tensor_parallel_size"] = v.draft_tensor_parallel_size
+    if v.mtp_local_argmax_reduction is not None:
+        cfg["use_local_argmax_reduction"] = v.mtp_local_argmax_reduction
+    if v.eagle_disable_draft_torch_compile is not None:
+        cfg["enforce_eager"] = v.eagle_disable_draft_torch_compile
     return cfg
 
 
@@ -64,7 +70,10 @@ def compilation_config(res: Resolved) -> dict[str, Any] | None:
     cfg: dict[str, Any] = {}
     if v.graph_mode in GRAPH_MODES:
         cfg["cudagraph_mode"] = GRAPH_MODES[v.graph_mode]
-    if graph_capable(res.platform) and v.method != "none" and v.graph_mode != "eager":
+    graphs = graph_capable(res.platform) and v.graph_mode != "eager"
+    if graphs and v.capture_sizes:
+        cfg["cudagraph_capture_sizes"] = sorted(set(v.capture_sizes))
+    elif graphs and v.method != "none":
         cfg["cudagraph_capture_sizes"] = capture_sizes(
             max_num_seqs=v.max_num_seqs or CAPTURE_DEFAULT_MAX_NUM_SEQS,
             kmax=v.gamma,
@@ -85,7 +94,10 @@ def host_args(values: settings.Settings) -> list[str]:
             continue
         assert opt.vllm_flag is not None
         if opt.type == "bool":
-            out.append(opt.vllm_flag if value else "--no-" + opt.vllm_flag[2:])
+            if value:
+                out.append(opt.vllm_flag)
+            elif opt.negatable_host:
+                out.append("--no-" + opt.vllm_flag[2:])
         elif opt.type == "float":
             out += [opt.vllm_flag, f"{value:g}"]
         else:

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from vllm_hust_vspec import settings
+from vllm_hust_vspec import retired
 from vllm_hust_vspec.launcher.errors import LaunchError
 
 PROG = "vllm-hust-vspec"
@@ -26,16 +27,6 @@ _GROUP_TITLES = {
     "graphs": "graph capture",
     "controller": "adaptive controller (plugin; travels as HUST_VSPEC_*)",
     "observability": "decision trace and logs (plugin)",
-}
-
-
-# vSpec 0.14 flags whose meaning this release does not keep: refused with the reason.
-RETIRED = {
-    "--adaptive-gamma0-mode": (
-        "vSpec's K = 0 modes have no counterpart here: 'sticky' latched the whole cohort at "
-        "K = 0 until it drained, 'sync' ran a drafter step at K = 0; here a K = 0 step runs "
-        "no drafter forward and every request resumes on its own, its drafter caught up "
-        "first (--adaptive-k0-drafter run keeps vLLM's K = 0 drafter forward); drop the flag"),
 }
 
 
@@ -115,8 +106,8 @@ def parse_cli(argv: Sequence[str]) -> tuple[dict[str, Any], list[str]]:
     ours, extra = split_extra_args(argv)
     for arg in ours:
         flag = arg.split("=", 1)[0]
-        if flag in RETIRED:
-            raise LaunchError(f"{flag}: {RETIRED[flag]}")
+        if flag in retired.BY_FLAG:
+            raise LaunchError(retired.message(retired.BY_FLAG[flag], flag))
     ns = build_parser().parse_args(ours)
     explicit: dict[str, Any] = {}
     for name, raw in vars(ns).items():

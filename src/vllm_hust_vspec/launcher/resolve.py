@@ -8,7 +8,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from vllm_hust_vspec import settings
+from vllm_hust_vspec import retired, settings
 from vllm_hust_vspec.launcher import model_store
 from vllm_hust_vspec.launcher.errors import LaunchError
 from vllm_hust_vspec.launcher.parser import parse_cli
@@ -68,6 +68,9 @@ def _set_by_user(sources: Mapping[str, str], name: str) -> bool:
 
 def resolve(argv: Sequence[str], environ: Mapping[str, str]) -> Resolved:
     explicit, cli_extra = parse_cli(argv)
+    problem = retired.check_environment(environ)
+    if problem is not None:
+        raise LaunchError(problem)
     config_path = _config_path(explicit, environ)
     config = load_config(config_path) if config_path else None
 
@@ -197,7 +200,9 @@ def _show(opt: settings.Option, value: Any) -> str:
 
 def _speculation_only() -> list[str]:
     """The options that mean nothing without speculation."""
-    return (["draft_model", "gamma", "prompt_lookup_min", "prompt_lookup_max"]
+    return (["draft_model", "gamma", "prompt_lookup_min", "prompt_lookup_max",
+             "draft_tensor_parallel_size", "mtp_local_argmax_reduction",
+             "eagle_disable_draft_torch_compile"]
             + [o.name for o in settings.options("plugin")])
 
 
@@ -268,9 +273,16 @@ def _check_conflicts(merged: Mapping[str, Any], sources: Mapping[str, str], plat
         raise _conflict(sources["adaptive_profile"], sources["adaptive_policy"],
                         f"adaptive_profile is read by the profile policy only, not "
                         f"{merged['adaptive_policy']!r}")
-    if merged["graph_mode"] == "eager" and _set_by_user(sources, "capture_policy"):
-        raise _conflict(sources["graph_mode"] + " eager", sources["capture_policy"],
-                        "eager mode captures no graphs")
+    if merged["mtp_local_argmax_reduction"] is not None and method != "mtp":
+        raise _conflict(sources["mtp_local_argmax_reduction"], f"method {method}",
+                        "the local argmax reduction is the MTP drafter's")
+    if merged["eagle_disable_draft_torch_compile"] is not None and method == "ngram":
+        raise _conflict(sources["eagle_disable_draft_torch_compile"], "method ngram",
+                        "the n-gram drafter runs no model")
+    for name in ("capture_policy", "capture_sizes"):
+        if merged["graph_mode"] == "eager" and _set_by_user(sources, name):
+            raise _conflict(sources["graph_mode"] + " eager", sources[name],
+                            "eager mode captures no graphs")
     if merged["device"] is not None and platform == "cpu":
         raise _conflict(sources["device"], "platform cpu",
                         "--device selects accelerators (CUDA/NPU); the CPU host has none")

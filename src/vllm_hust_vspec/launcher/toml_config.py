@@ -10,6 +10,7 @@ from typing import Any
 
 from vllm_hust_vspec import checks, settings
 from vllm_hust_vspec.errors import one_line
+from vllm_hust_vspec import retired
 from vllm_hust_vspec.launcher.errors import LaunchError
 
 TABLES = ("serve", "env")
@@ -58,6 +59,8 @@ def load_config(path: str | pathlib.Path) -> ConfigFile:
     serve: dict[str, Any] = {}
     for key, value in serve_raw.items():
         opt = known.get(key)
+        if opt is None and key in retired.BY_NAME:
+            raise LaunchError(retired.message(retired.BY_NAME[key], f"{where}: [serve] {key}"))
         if opt is None:
             raise LaunchError(f"{where}: [serve] unknown key {key!r}")
         if opt.type.endswith("_list") and not isinstance(value, list):
