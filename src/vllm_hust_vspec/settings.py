@@ -24,6 +24,7 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from vllm_hust_vspec.vocab_ids import load as load_vocab_ids
 from vllm_hust_vspec.retired import check_environment
 from vllm_hust_vspec.checks import decimal_key, is_int
 from vllm_hust_vspec.errors import VspecError
@@ -283,6 +284,21 @@ OPTIONS: tuple[Option, ...] = (
     Option("prompt_lookup_max", "int", None,
            "ngram: longest n-gram matched in the prompt (vLLM's prompt_lookup_max).",
            minimum=1, scope="launcher", group="speculation"),
+    Option("draft_active_vocab_ids", "path", None,
+           "draft_model: a ranked token-id list (JSON, written by vllm-hust-vspec-vocab from "
+           "a corpus's token counts); the drafter's LM head computes only these ids (the "
+           "first draft_active_vocab_size of them), the target still verifies every token, "
+           "so greedy output is unchanged.", group="speculation"),
+    Option("draft_active_vocab_size", "int", 0,
+           "draft_model: how many ids of draft_active_vocab_ids the drafter's LM head "
+           "computes (0: all of the file's).", minimum=0, group="speculation"),
+    Option("eagle_draft_active_vocab_ids", "path", None,
+           "eagle / eagle3: the same as draft_active_vocab_ids for the EAGLE head's LM head "
+           "(a head that shares the target's LM head keeps the target's whole).",
+           group="speculation"),
+    Option("eagle_draft_active_vocab_size", "int", 0,
+           "eagle / eagle3: how many ids of eagle_draft_active_vocab_ids the head computes "
+           "(0: all of the file's).", minimum=0, group="speculation"),
     Option("draft_tensor_parallel_size", "int", None,
            "Tensor-parallel ranks of the drafter (vLLM's speculative-config "
            "draft_tensor_parallel_size; unset: vLLM's default, the target's).", minimum=1,
@@ -642,6 +658,7 @@ def validate(settings: Settings, source: str = "settings") -> Settings:
         )
     check_calibration_options(settings, source)
     check_compare(settings, source)
+    check_active_vocab(settings, source)
     return settings
 
 
@@ -718,6 +735,41 @@ def check_calibration_options(settings: Mapping[str, Any], source: str) -> None:
                     f"({option('adaptive_dspark_cost_table').cli_flag}) conflict: a saved cost "
                     f"table skips the start-up calibration"
                 )
+
+
+ACTIVE_VOCAB = {"draft_model": ("draft_active_vocab_ids", "draft_active_vocab_size"),
+                "eagle": ("eagle_draft_active_vocab_ids", "eagle_draft_active_vocab_size"),
+                "eagle3": ("eagle_draft_active_vocab_ids", "eagle_draft_active_vocab_size")}
+
+
+def check_active_vocab(settings: Mapping[str, Any], source: str) -> None:
+    """A size needs its ids file (the tool ranks ids by a corpus's counts: a size alone
+    would have to guess which ids)."""
+    for ids, size in sorted(set(ACTIVE_VOCAB.values())):
+        if settings[size] and not settings[ids]:
+            raise SettingsError(
+                f"{source}: {size}={settings[size]} ({option(size).cli_flag}) needs "
+                f"{ids} ({option(ids).cli_flag}): a ranked id list from vllm-hust-vspec-vocab")
+        if settings[ids]:
+            try:
+                load_vocab_ids(settings[ids], int(settings[size]))
+            except VspecError as exc:
+                raise SettingsError(f"{source}: {ids} ({option(ids).cli_flag}): {exc}") from None
+
+
+def active_vocab_for(settings: Settings, method: str, source: str) -> tuple[str, int] | None:
+    """(ids file, size) of the active vocabulary ``method``'s drafter computes, or None;
+    the options of another method's drafter set for this one are an error."""
+    mine = ACTIVE_VOCAB.get(method)
+    for ids, size in sorted(set(ACTIVE_VOCAB.values())):
+        if (ids, size) != mine and settings[ids]:
+            raise SettingsError(
+                f"{source}: {ids} ({option(ids).cli_flag}) is for method(s) "
+                f"{', '.join(m for m, o in ACTIVE_VOCAB.items() if o[0] == ids)}, "
+                f"not {method}")
+    if mine is None or not settings[mine[0]]:
+        return None
+    return settings[mine[0]], int(settings[mine[1]])
 
 
 def check_kmax(settings: Settings, kmax: int, source: str = "settings") -> None:

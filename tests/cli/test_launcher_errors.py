@@ -196,7 +196,6 @@ def test_conflicting_flags(args, expect):
     "--confidence-accept-margin",  # confidence-accept: not built
     "--eagle-relaxed-accept-topk",  # relaxed top-K: not built
     "--adaptive-entropy-stop",  # vSpec top-2 entropy stop: ours is --adaptive-stop entropy (top-8)
-    "--draft-active-vocab-size",  # active vocab: not built
     "--eagle-draft-lm-head-quantization",  # LM-head quantisation: not built
     "--draft-lm-head-quantization",
 ])
@@ -248,6 +247,19 @@ def test_the_plugin_refuses_a_vspec_host_variable_before_anything_starts():
     from vllm_hust_vspec import settings
     with pytest.raises(settings.SettingsError, match="HUST_VSPEC_MTP_STRICT_GRAPH"):
         settings.from_env({"HUST_VSPEC_ENABLED": "1", "HUST_VSPEC_MTP_STRICT_GRAPH": "1"})
+
+
+def test_active_vocabulary_options_are_checked_before_a_model_loads(tmp_path):
+    ids = tmp_path / "ids.json"
+    ids.write_text('{"format": "vllm-hust-vspec-active-vocab", "version": 1, "ids": [2, 7]}')
+    fails(*BASE, "--draft-active-vocab-size", "8", "--dry-run",
+          expect=("--draft-active-vocab-size", "needs draft_active_vocab_ids"))
+    fails(*BASE, "--draft-active-vocab-ids", str(ids), "--draft-active-vocab-size", "3",
+          "--dry-run", expect=(str(ids), "holds 2 ids, fewer than the 3 asked for"))
+    fails(*BASE, "--draft-active-vocab-ids", str(tmp_path / "none.json"), "--dry-run",
+          expect=("--draft-active-vocab-ids", "no such file"))
+    fails(*BASE, "--eagle-draft-active-vocab-ids", str(ids), "--dry-run",
+          expect=("--eagle-draft-active-vocab-ids", "method draft_model"))
 
 
 def test_abbreviated_flag_is_unknown():

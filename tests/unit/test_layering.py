@@ -5,7 +5,7 @@ nothing else (imports inside functions count the same as module-level ones):
 
     leaves       _version, names, errors, patchspec, progress, capture, manifests, fileio,
                  retired
-    checks       the field checks every loader uses (raise errors.VspecError)
+    checks       the field checks every loader uses (raise errors.VspecError); vocab_ids
     schema       settings
     core         adaptive (the controller, pure Python), host (detection, static probe), methods
     runtime      the engine glue the patches call into
@@ -33,7 +33,7 @@ SRC = pathlib.Path(__file__).resolve().parents[2] / "src" / PACKAGE
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("_version", "names", "errors", "patchspec", "progress", "capture", "manifests", "fileio",
      "retired"),
-    ("checks",),
+    ("checks", "vocab_ids"),
     ("settings",),
     ("adaptive", "host", "methods"),
     ("runtime",),
