@@ -34,6 +34,12 @@ CASES["vspec-server-flags"] = [
     "1,2,4,8,16,32"]
 CASES["vspec-mtp-local-argmax"] = ["--config", "configs/tiny-cpu-mtp.toml",
                                    "--mtp-local-argmax-reduction"]
+CASES["vspec-draft-active-vocab"] = ["--config", "configs/tiny-cpu-draft.toml",
+                                     "--draft-active-vocab-ids", "tests/cli/data/active-vocab.json",
+                                     "--draft-active-vocab-size", "3"]
+CASES["vspec-eagle-active-vocab"] = ["--config", "configs/tiny-cpu-eagle.toml",
+                                     "--eagle-draft-active-vocab-ids",
+                                     "tests/cli/data/active-vocab.json"]
 # Capture policies on a graph mode: sizes = request buckets x verify widths 1..5.
 for policy in ("auto", "exact", "power2", "steady"):
     CASES[f"capture-{policy}"] = ["--config", "configs/tiny-cpu-draft.toml", "--graph-mode",
