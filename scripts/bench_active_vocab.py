@@ -2,9 +2,10 @@
 
     .venv/bin/python scripts/bench_active_vocab.py IDS.json [--rounds 3] [--prompts 16]
 
-1. The LM head alone (``runtime/active_vocab.py``'s compute_logits against the full head's
+1. The LM head alone (``runtime/draft_lm_head.py``'s compute_logits against the full head's
    ``F.linear``), per drafted row count, on the fixture draft's head (4096 x 128) and on a
    head of a real drafter's shape (Qwen2.5-0.5B: 151,936 x 896, random weights).
+   Variants: full, active ids, int8 (w8a16), both; weights in float32 and bfloat16.
 2. The draft model end to end, in-process engines on the fixture pair at a fixed K = 4,
    full head and active ids interleaved for ``--rounds`` rounds: output tok/s and
    acceptance per drafted token (vLLM's spec-decode counters), greedy tokens compared.
@@ -27,15 +28,19 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "host"))
 
 
-def _head_times(vocab: int, hidden: int, active: list[int], rows: list[int], reps: int) -> dict:
+def _head_times(vocab: int, hidden: int, active: list[int], rows: list[int], reps: int,
+                dtype_name: str) -> dict:
     import torch
 
-    from vllm_hust_vspec.runtime import active_vocab
+    dtype = getattr(torch, dtype_name)
+
+    from vllm_hust_vspec.runtime import draft_lm_head
 
     class Head(torch.nn.Module):
         def __init__(self) -> None:
             super().__init__()
-            self.weight = torch.nn.Parameter(torch.randn(vocab, hidden) * 0.02, requires_grad=False)
+            self.weight = torch.nn.Parameter((torch.randn(vocab, hidden) * 0.02).to(dtype),
+                                             requires_grad=False)
             self.tp_size = 1
 
     class Processor:
@@ -46,21 +51,26 @@ def _head_times(vocab: int, hidden: int, active: list[int], rows: list[int], rep
             self.lm_head, self.logits_processor = Head(), Processor()
 
         def compute_logits(self, h):
-            return torch.nn.functional.linear(h, self.lm_head.weight)
+            return torch.nn.functional.linear(h, self.lm_head.weight)  # the host's head
 
-    full, restricted = Model(), Model()
-    restricted.lm_head = full.lm_head
     path = Path(os.environ.get("TMPDIR", "/tmp")) / f"vocab-bench-{os.getpid()}.json"
     path.write_text(json.dumps({"format": "vllm-hust-vspec-active-vocab", "version": 1,
                                 "ids": active}))
-    active_vocab.install(restricted, str(path), 0, "bench")
+    full = Model()
+    variants = {"full": full}
+    for name, ids, quant in (("active", str(path), "none"), ("int8", None, "w8a16"),
+                             ("active+int8", str(path), "w8a16")):
+        m = Model()
+        m.lm_head = full.lm_head
+        draft_lm_head.install(m, "bench", ids, 0, quant)
+        variants[name] = m
     path.unlink()
     out = {}
     with torch.inference_mode():
         for n in rows:
-            h = torch.randn(n, hidden)
+            h = torch.randn(n, hidden, dtype=dtype)
             times = {}
-            for name, m in (("full", full), ("active", restricted)):
+            for name, m in variants.items():
                 m.compute_logits(h)
                 t0 = time.perf_counter()
                 for _ in range(reps):
@@ -109,9 +119,12 @@ def main() -> int:
     load_before = os.getloadavg()
     ids = load(args.ids, args.size)
     rows = [1, 4, 16, 64]
-    heads = {"fixture draft 4096x128": _head_times(4096, 128, ids, rows, 400),
-             "Qwen2.5-0.5B shape 151936x896, 16384 ids":
-                 _head_times(151936, 896, list(range(16384)), rows, 20)}
+    heads = {}
+    for dtype in ("float32", "bfloat16"):
+        heads[f"fixture draft 4096x128 {dtype}, {len(ids)} ids"] = _head_times(
+            4096, 128, ids, rows, 400, dtype)
+        heads[f"Qwen2.5-0.5B shape 151936x896 {dtype}, 16384 ids"] = _head_times(
+            151936, 896, list(range(16384)), rows, 10, dtype)
     fixtures = fixtures_dir()
     prompts = load_prompts(fixtures, "code")[:args.prompts]
     rounds = []
@@ -131,7 +144,8 @@ def main() -> int:
         print(json.dumps(doc, indent=1))
     for name, table in heads.items():
         print(f"LM head + argmax, ms ({name}): " + "; ".join(
-            f"{n} rows {t['full']:.3f} -> {t['active']:.3f}" for n, t in table.items()))
+            f"{n} rows " + " / ".join(f"{k} {v:.3f}" for k, v in t.items())
+            for n, t in table.items()))
     ratio = [r["active"]["tok_s"] / r["full"]["tok_s"] for r in rounds]
     print(f"end to end, active/full output tok/s per round: {[round(x, 3) for x in ratio]} "
           f"(median {statistics.median(ratio):.3f}); acceptance full "

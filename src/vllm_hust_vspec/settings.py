@@ -299,6 +299,15 @@ OPTIONS: tuple[Option, ...] = (
     Option("eagle_draft_active_vocab_size", "int", 0,
            "eagle / eagle3: how many ids of eagle_draft_active_vocab_ids the head computes "
            "(0: all of the file's).", minimum=0, group="speculation"),
+    Option("draft_lm_head_quantization", "str", "none",
+           "draft_model: the drafter's LM head as weight-only int8 (w8a16: int8 rows, one "
+           "scale per row, bfloat16 activations) or as loaded (none); the target verifies "
+           "every token, so output is unchanged. On a CPU it pays for 1-4 drafted rows per "
+           "pass and is slower from 16 on (docs/plugin.md).", choices=("none", "w8a16"),
+           group="speculation"),
+    Option("eagle_draft_lm_head_quantization", "str", "none",
+           "eagle / eagle3: the same as draft_lm_head_quantization for the EAGLE head's LM "
+           "head.", choices=("none", "w8a16"), group="speculation"),
     Option("draft_tensor_parallel_size", "int", None,
            "Tensor-parallel ranks of the drafter (vLLM's speculative-config "
            "draft_tensor_parallel_size; unset: vLLM's default, the target's).", minimum=1,
@@ -737,15 +746,30 @@ def check_calibration_options(settings: Mapping[str, Any], source: str) -> None:
                 )
 
 
-ACTIVE_VOCAB = {"draft_model": ("draft_active_vocab_ids", "draft_active_vocab_size"),
-                "eagle": ("eagle_draft_active_vocab_ids", "eagle_draft_active_vocab_size"),
-                "eagle3": ("eagle_draft_active_vocab_ids", "eagle_draft_active_vocab_size")}
+# The drafter's LM head options of each method: (ids file, size, quantization).
+DRAFT_HEAD = {
+    "draft_model": ("draft_active_vocab_ids", "draft_active_vocab_size",
+                    "draft_lm_head_quantization"),
+    "eagle": ("eagle_draft_active_vocab_ids", "eagle_draft_active_vocab_size",
+              "eagle_draft_lm_head_quantization"),
+    "eagle3": ("eagle_draft_active_vocab_ids", "eagle_draft_active_vocab_size",
+               "eagle_draft_lm_head_quantization"),
+}
+
+
+def _head_set(settings: Mapping[str, Any], names: tuple[str, str, str]) -> str | None:
+    """The first of a method's head options set away from its default, else None."""
+    ids, size, quant = names
+    for name in (ids, size, quant):
+        if settings[name] != option(name).default:
+            return name
+    return None
 
 
 def check_active_vocab(settings: Mapping[str, Any], source: str) -> None:
     """A size needs its ids file (the tool ranks ids by a corpus's counts: a size alone
-    would have to guess which ids)."""
-    for ids, size in sorted(set(ACTIVE_VOCAB.values())):
+    would have to guess which ids); the file is one the tool wrote."""
+    for ids, size, _ in sorted(set(DRAFT_HEAD.values())):
         if settings[size] and not settings[ids]:
             raise SettingsError(
                 f"{source}: {size}={settings[size]} ({option(size).cli_flag}) needs "
@@ -757,19 +781,23 @@ def check_active_vocab(settings: Mapping[str, Any], source: str) -> None:
                 raise SettingsError(f"{source}: {ids} ({option(ids).cli_flag}): {exc}") from None
 
 
-def active_vocab_for(settings: Settings, method: str, source: str) -> tuple[str, int] | None:
-    """(ids file, size) of the active vocabulary ``method``'s drafter computes, or None;
-    the options of another method's drafter set for this one are an error."""
-    mine = ACTIVE_VOCAB.get(method)
-    for ids, size in sorted(set(ACTIVE_VOCAB.values())):
-        if (ids, size) != mine and settings[ids]:
+def draft_head_for(settings: Mapping[str, Any], method: str,
+                   source: str) -> tuple[str | None, int, str, str] | None:
+    """(ids file or None, size, quantization, the option that names it) of the LM head
+    ``method``'s drafter computes, or None for the host's own; the head options of another
+    method's drafter set for this one are an error."""
+    mine = DRAFT_HEAD.get(method)
+    for names in sorted(set(DRAFT_HEAD.values())):
+        name = _head_set(settings, names)
+        if names != mine and name is not None:
             raise SettingsError(
-                f"{source}: {ids} ({option(ids).cli_flag}) is for method(s) "
-                f"{', '.join(m for m, o in ACTIVE_VOCAB.items() if o[0] == ids)}, "
-                f"not {method}")
-    if mine is None or not settings[mine[0]]:
+                f"{source}: {name} ({option(name).cli_flag}) is for method(s) "
+                f"{', '.join(m for m, o in DRAFT_HEAD.items() if o == names)}, not {method}")
+    if mine is None or _head_set(settings, mine) is None:
         return None
-    return settings[mine[0]], int(settings[mine[1]])
+    ids, size, quant = mine
+    named = ids if settings[ids] else quant
+    return settings[ids] or None, int(settings[size]), str(settings[quant]), option(named).cli_flag
 
 
 def check_kmax(settings: Settings, kmax: int, source: str = "settings") -> None:

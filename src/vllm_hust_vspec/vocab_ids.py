@@ -1,7 +1,7 @@
 """The active-vocabulary file: token ids ranked by a corpus's counts, read and checked.
 
 ``vllm-hust-vspec-vocab`` (``tools/vocab.py``) writes it; the drafter's LM head then
-computes only its first N ids (``runtime/active_vocab.py``).  The format::
+computes only its first N ids (``runtime/draft_lm_head.py``).  The format::
 
     {"format": "vllm-hust-vspec-active-vocab", "version": 1,
      "tokenizer": "...", "vocab_size": 4096, "corpus": ["code.jsonl", ...],

@@ -196,8 +196,6 @@ def test_conflicting_flags(args, expect):
     "--confidence-accept-margin",  # confidence-accept: not built
     "--eagle-relaxed-accept-topk",  # relaxed top-K: not built
     "--adaptive-entropy-stop",  # vSpec top-2 entropy stop: ours is --adaptive-stop entropy (top-8)
-    "--eagle-draft-lm-head-quantization",  # LM-head quantisation: not built
-    "--draft-lm-head-quantization",
 ])
 def test_unknown_flag(flag):
     fails(*BASE, flag, "1", "--dry-run", expect=("unrecognized arguments", flag))
@@ -260,6 +258,13 @@ def test_active_vocabulary_options_are_checked_before_a_model_loads(tmp_path):
           expect=("--draft-active-vocab-ids", "no such file"))
     fails(*BASE, "--eagle-draft-active-vocab-ids", str(ids), "--dry-run",
           expect=("--eagle-draft-active-vocab-ids", "method draft_model"))
+
+
+def test_lm_head_quantization_takes_what_is_built_and_fits_the_method():
+    fails(*BASE, "--draft-lm-head-quantization", "w8a8", "--dry-run",
+          expect=("--draft-lm-head-quantization", "expected one of none, w8a16", "'w8a8'"))
+    fails(*BASE, "--eagle-draft-lm-head-quantization", "w8a16", "--dry-run",
+          expect=("--eagle-draft-lm-head-quantization", "method draft_model"))
 
 
 def test_abbreviated_flag_is_unknown():

@@ -1,15 +1,18 @@
-"""An active vocabulary for the drafter (issue 19 item 4), on the real CPU host.
+"""The drafter's cheaper LM heads (issue 19 items 4 and 5), on the real CPU host: an active
+vocabulary and a weight-only int8 head.
 
 ``vllm-hust-vspec-vocab`` (a real subprocess) ranks the fixture tokenizer's ids by the
 counts of a corpus of the fixtures' own kind (Python standard-library sources, which the
 fixture models were trained on; the prompts come from held-out files).  Then, in-process
 engines at a fixed K = 4, greedy:
 
-* the draft model with its whole LM head, with the first 1024 ranked ids, and with the 1024
-  ids the corpus used least (never, most of them); EAGLE with the first 1024 ids;
+* the draft model with its whole LM head, with the first 1024 ranked ids, with the 1024 ids
+  the corpus used least (never, most of them), and with its whole head as int8 (w8a16);
+  EAGLE with the first 1024 ids as int8 (both at once);
 * every run's tokens are the same (the target verifies every draft: lossless);
-* the draft model keeps most of its acceptance on the ranked ids, and accepts almost nothing
-  on the rarest ones (the restriction is in effect: its drafts can only be active ids);
+* the draft model keeps most of its acceptance on the ranked ids and as int8, and accepts
+  almost nothing on the rarest ids (the restriction is in effect: its drafts can only be
+  active ids);
 * a file for another tokenizer (an id past the vocabulary) fails the engine's start.
 """
 
@@ -79,20 +82,27 @@ def test_the_drafter_computes_only_the_active_ids_and_output_is_unchanged(fixtur
         draft_active_vocab_size=SIZE)
     cold_out, acc_cold, drafted_cold, _ = _run(
         fixtures_dir, "draft_model", prompts, draft_active_vocab_ids=cold)
+    int8, acc_int8, drafted_int8, int8_log = _run(
+        fixtures_dir, "draft_model", prompts, draft_lm_head_quantization="w8a16")
     eagle, acc_eagle, drafted_eagle, eagle_log = _run(
         fixtures_dir, "eagle", prompts, eagle_draft_active_vocab_ids=ranked,
-        eagle_draft_active_vocab_size=SIZE)
+        eagle_draft_active_vocab_size=SIZE, eagle_draft_lm_head_quantization="w8a16")
 
-    assert active == full and cold_out == full and eagle == full  # lossless
+    assert active == full and cold_out == full and int8 == full and eagle == full  # lossless
     assert any(f"computes {SIZE} of {doc['vocab_size']} token ids" in x for x in log), log
-    assert any(f"computes {SIZE} of {doc['vocab_size']} token ids" in x for x in eagle_log)
+    assert any(f"computes all {doc['vocab_size']} token ids, weight-only int8" in x
+               for x in int8_log), int8_log
+    assert any(f"computes {SIZE} of {doc['vocab_size']} token ids, weight-only int8" in x
+               for x in eagle_log), eagle_log
     rate = {name: a / d for name, a, d in (("full", acc_full, drafted_full),
                                           ("active", acc_active, drafted_active),
                                           ("unused", acc_cold, drafted_cold),
+                                          ("int8", acc_int8, drafted_int8),
                                           ("eagle-active", acc_eagle, drafted_eagle))}
     print("acceptance per drafted token:", {k: round(v, 3) for k, v in rate.items()})
     assert rate["full"] > 0.3
     assert rate["active"] >= 0.85 * rate["full"], rate
+    assert rate["int8"] >= 0.9 * rate["full"], rate
     assert rate["unused"] < 0.1 * rate["full"], rate
     assert rate["eagle-active"] > 0.2, rate
 

@@ -273,11 +273,14 @@ def _check_conflicts(merged: Mapping[str, Any], sources: Mapping[str, str], plat
         raise _conflict(sources["adaptive_profile"], sources["adaptive_policy"],
                         f"adaptive_profile is read by the profile policy only, not "
                         f"{merged['adaptive_policy']!r}")
-    for name, methods in (("draft_active_vocab_ids", ("draft_model",)),
-                          ("eagle_draft_active_vocab_ids", ("eagle", "eagle3"))):
-        if merged[name] and method not in methods:
-            raise _conflict(sources[name], f"method {method}",
-                            f"{name} is for the {' / '.join(methods)} drafter's LM head")
+    for methods, names in (
+            (("draft_model",), ("draft_active_vocab_ids", "draft_lm_head_quantization")),
+            (("eagle", "eagle3"), ("eagle_draft_active_vocab_ids",
+                                   "eagle_draft_lm_head_quantization"))):
+        for name in names:
+            if _set_by_user(sources, name) and method not in methods:
+                raise _conflict(sources[name], f"method {method}",
+                                f"{name} is for the {' / '.join(methods)} drafter's LM head")
     if merged["mtp_local_argmax_reduction"] is not None and method != "mtp":
         raise _conflict(sources["mtp_local_argmax_reduction"], f"method {method}",
                         "the local argmax reduction is the MTP drafter's")
