@@ -36,10 +36,12 @@ CASES["vspec-mtp-local-argmax"] = ["--config", "configs/tiny-cpu-mtp.toml",
                                    "--mtp-local-argmax-reduction"]
 CASES["vspec-draft-active-vocab"] = ["--config", "configs/tiny-cpu-draft.toml",
                                      "--draft-active-vocab-ids", "tests/cli/data/active-vocab.json",
-                                     "--draft-active-vocab-size", "3"]
+                                     "--draft-active-vocab-size", "3",
+                                     "--draft-lm-head-quantization", "w8a16"]
 CASES["vspec-eagle-active-vocab"] = ["--config", "configs/tiny-cpu-eagle.toml",
                                      "--eagle-draft-active-vocab-ids",
-                                     "tests/cli/data/active-vocab.json"]
+                                     "tests/cli/data/active-vocab.json",
+                                     "--eagle-draft-lm-head-quantization", "w8a16"]
 # Capture policies on a graph mode: sizes = request buckets x verify widths 1..5.
 for policy in ("auto", "exact", "power2", "steady"):
     CASES[f"capture-{policy}"] = ["--config", "configs/tiny-cpu-draft.toml", "--graph-mode",
