@@ -136,7 +136,6 @@ def run(executable: str, argv: Sequence[str], env: Mapping[str, str]) -> int:
     url = health_url(argv)
     child = subprocess.Popen([executable, *argv[1:]], executable=executable, env=dict(env),
                              preexec_fn=_die_with_parent)
-    tree = _Tree(child.pid)
     stop: dict[str, Any] = {"signum": None, "at": 0.0, "starting": False, "stage": 0,
                             "alone_since": None}
 
@@ -146,7 +145,9 @@ def run(executable: str, argv: Sequence[str], env: Mapping[str, str]) -> int:
         with contextlib.suppress(ProcessLookupError):
             os.kill(child.pid, signum)
 
+    # the handlers first (the child starts in tens of ms; psutil's import can take longer)
     previous = {s: signal.signal(s, on_signal) for s in STOP_SIGNALS}
+    tree = _Tree(child.pid)
     try:
         while True:
             try:
