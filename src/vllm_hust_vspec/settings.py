@@ -299,6 +299,28 @@ OPTIONS: tuple[Option, ...] = (
     Option("eagle_draft_active_vocab_size", "int", 0,
            "eagle / eagle3: how many ids of eagle_draft_active_vocab_ids the head computes "
            "(0: all of the file's).", minimum=0, group="speculation"),
+    # ---- lossy acceptance (opt-in; refused by --protocol and bench ab) ------------------
+    Option("eagle_relaxed_accept_topk", "int", 1,
+           "LOSSY. eagle / eagle3: accept a greedy request's draft token when it is among the "
+           "target's top K tokens at its position (1: strict, the default). Output then "
+           "differs from the target's own greedy output.", minimum=1, maximum=64,
+           group="acceptance"),
+    Option("eagle_relaxed_accept_after_tokens", "int", 0,
+           "LOSSY rule above: verify strictly while a request has fewer than N output tokens.",
+           minimum=0, group="acceptance"),
+    Option("confidence_accept_margin", "float", None,
+           "LOSSY. Accept a greedy request's draft token when the target's logit of it is "
+           "within M of the target's best logit at its position (unset: strict).", minimum=0.0,
+           group="acceptance"),
+    Option("confidence_accept_from_position", "int", 0,
+           "LOSSY rule above: only from this draft position on (0: the first draft).",
+           minimum=0, group="acceptance"),
+    Option("confidence_accept_after_tokens", "int", 0,
+           "LOSSY rule above: verify strictly while a request has fewer than N output tokens.",
+           minimum=0, group="acceptance"),
+    Option("confidence_protected_token_ids", "int_list", None,
+           "LOSSY rule above: token ids always verified strictly, as the draft's token or the "
+           "target's best (e.g. EOS).", minimum=0, group="acceptance"),
     Option("draft_lm_head_quantization", "str", "none",
            "draft_model: the drafter's LM head as weight-only int8 (w8a16: int8 rows, one "
            "scale per row, bfloat16 activations) or as loaded (none); the target verifies "
@@ -668,6 +690,7 @@ def validate(settings: Settings, source: str = "settings") -> Settings:
     check_calibration_options(settings, source)
     check_compare(settings, source)
     check_active_vocab(settings, source)
+    check_lossy(settings, source)
     return settings
 
 
@@ -798,6 +821,40 @@ def draft_head_for(settings: Mapping[str, Any], method: str,
     ids, size, quant = mine
     named = ids if settings[ids] else quant
     return settings[ids] or None, int(settings[size]), str(settings[quant]), option(named).cli_flag
+
+
+_RELAXED_TUNING = ("eagle_relaxed_accept_after_tokens",)
+_MARGIN_TUNING = ("confidence_accept_from_position", "confidence_accept_after_tokens",
+                  "confidence_protected_token_ids")
+
+
+def lossy_rules(settings: Mapping[str, Any]) -> tuple[str, ...]:
+    """The lossy acceptance rules in effect, as labels (() when verification is strict)."""
+    out = []
+    if settings["eagle_relaxed_accept_topk"] > 1:
+        after = settings["eagle_relaxed_accept_after_tokens"]
+        out.append(f"relaxed-top{settings['eagle_relaxed_accept_topk']}"
+                   + (f"-after{after}" if after else ""))
+    if settings["confidence_accept_margin"] is not None:
+        out.append(f"margin{settings['confidence_accept_margin']:g}"
+                   + (f"-from{settings['confidence_accept_from_position']}"
+                      if settings["confidence_accept_from_position"] else "")
+                   + (f"-after{settings['confidence_accept_after_tokens']}"
+                      if settings["confidence_accept_after_tokens"] else ""))
+    return tuple(out)
+
+
+def check_lossy(settings: Mapping[str, Any], source: str) -> None:
+    """A rule's tuning options need the rule."""
+    for rule, tuning in (("eagle_relaxed_accept_topk", _RELAXED_TUNING),
+                         ("confidence_accept_margin", _MARGIN_TUNING)):
+        on = (settings[rule] > 1) if rule == "eagle_relaxed_accept_topk" else (
+            settings[rule] is not None)
+        for name in tuning:
+            if settings[name] not in (0, None, ()) and not on:
+                raise SettingsError(
+                    f"{source}: {name} ({option(name).cli_flag}) tunes {rule} "
+                    f"({option(rule).cli_flag}), which is not set: verification is strict")
 
 
 def check_kmax(settings: Settings, kmax: int, source: str = "settings") -> None:

@@ -225,6 +225,7 @@ def _procs_mentioning(text: str) -> list[int]:
     ([], ["--port", "9999"], "'--port'"),
     (["--concurrency", "0"], [], "--concurrency: 0 must be >= 1"),
     (["--swing-phases", "1,x"], [], "--swing-phases: 'x'"),
+    ([], ["--confidence-accept-margin", "2"], "lossy acceptance (margin2) changes the output"),
 ])
 def test_bad_input_one_error_nothing_started(fake, args, launcher, expect):
     table = [] if any(a.startswith("--native-table") for a in args) or "--configs" in args \

@@ -193,8 +193,6 @@ def test_conflicting_flags(args, expect):
 @pytest.mark.parametrize("flag", [
     "--gama",  # typo
     "--adaptive-refill-batch",  # refill batch: not built
-    "--confidence-accept-margin",  # confidence-accept: not built
-    "--eagle-relaxed-accept-topk",  # relaxed top-K: not built
     "--adaptive-entropy-stop",  # vSpec top-2 entropy stop: ours is --adaptive-stop entropy (top-8)
 ])
 def test_unknown_flag(flag):
@@ -265,6 +263,17 @@ def test_lm_head_quantization_takes_what_is_built_and_fits_the_method():
           expect=("--draft-lm-head-quantization", "expected one of none, w8a16", "'w8a8'"))
     fails(*BASE, "--eagle-draft-lm-head-quantization", "w8a16", "--dry-run",
           expect=("--eagle-draft-lm-head-quantization", "method draft_model"))
+
+
+def test_lossy_acceptance_is_refused_where_results_are_compared_and_fits_the_method():
+    fails(*BASE, "--eagle-relaxed-accept-topk", "2", "--dry-run",
+          expect=("--eagle-relaxed-accept-topk", "method draft_model", "EAGLE"))
+    fails("--protocol", "arc-easy", "--method", "eagle", "--confidence-accept-margin", "1",
+          "--target-platform", "cpu", "--dry-run",
+          expect=("--protocol arc-easy compares results", "lossy acceptance (margin1)"))
+    fails(*BASE, "--confidence-accept-after-tokens", "4", "--dry-run",
+          expect=("--confidence-accept-after-tokens", "tunes confidence_accept_margin",
+                  "not set"))
 
 
 def test_abbreviated_flag_is_unknown():

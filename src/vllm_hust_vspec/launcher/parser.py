@@ -23,6 +23,7 @@ PROG = "vllm-hust-vspec"
 _GROUP_TITLES = {
     "launcher": "launcher",
     "speculation": "speculation",
+    "acceptance": "lossy acceptance (opt-in: output differs from the target's; plugin)",
     "server": "vLLM server arguments (passed only when set)",
     "graphs": "graph capture",
     "controller": "adaptive controller (plugin; travels as HUST_VSPEC_*)",

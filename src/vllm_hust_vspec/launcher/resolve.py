@@ -87,6 +87,10 @@ def resolve(argv: Sequence[str], environ: Mapping[str, str]) -> Resolved:
 
     if protocol is not None:
         _check_protocol(protocol, merged, sources)
+        lossy = settings.lossy_rules(merged)
+        if lossy:
+            raise LaunchError(f"--protocol {protocol.name} compares results: lossy acceptance "
+                              f"({', '.join(lossy)}) changes the output and is refused there")
     set_aside = _set_aside_for_none(merged, sources)
     _implied_policy(merged, sources)
 
@@ -281,6 +285,10 @@ def _check_conflicts(merged: Mapping[str, Any], sources: Mapping[str, str], plat
             if _set_by_user(sources, name) and method not in methods:
                 raise _conflict(sources[name], f"method {method}",
                                 f"{name} is for the {' / '.join(methods)} drafter's LM head")
+    if merged["eagle_relaxed_accept_topk"] > 1 and method not in ("eagle", "eagle3"):
+        raise _conflict(sources["eagle_relaxed_accept_topk"], f"method {method}",
+                        "relaxed top-K acceptance is for EAGLE / EAGLE-3 drafts "
+                        "(--confidence-accept-margin works for every drafter)")
     if merged["mtp_local_argmax_reduction"] is not None and method != "mtp":
         raise _conflict(sources["mtp_local_argmax_reduction"], f"method {method}",
                         "the local argmax reduction is the MTP drafter's")

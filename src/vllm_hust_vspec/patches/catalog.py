@@ -21,6 +21,8 @@ from vllm_hust_vspec.patches import (
     draft_lm_head,
     draft_propose,
     draft_trim,
+    lossy_accept,
+    lossy_accept_context,
     drafter_k0,
     eagle_k0,
     requirements_ascend,
@@ -57,6 +59,8 @@ _MODULES: tuple[ModuleType, ...] = (
     eagle_k0,
     cpu_expand_kernel,
     sample_no_drafts,
+    lossy_accept_context,
+    lossy_accept,
     spec_metadata_no_drafts,
     startup_calibration,
 )

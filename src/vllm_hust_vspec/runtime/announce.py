@@ -37,17 +37,22 @@ def _ensure_handler() -> None:
         logger.propagate = False
 
 
-def active_line(host: str, process: str, policy: str, kmax: int | str, patches: list[str]) -> str:
+def active_line(host: str, process: str, policy: str, kmax: int | str, patches: list[str],
+                lossy: tuple[str, ...] = ()) -> str:
+    """The line; a lossy acceptance rule adds ``acceptance=LOSSY(rules)`` before the patches
+    (a strict run's line is what it always was)."""
+    acceptance = f"acceptance=LOSSY({','.join(lossy)}) " if lossy else ""
     return (f"{PREFIX} version={__version__} host={host} process={process} policy={policy} "
-            f"kmax={kmax} patches=[{','.join(patches)}]")
+            f"kmax={kmax} {acceptance}patches=[{','.join(patches)}]")
 
 
-def announce(host: str, process: str, policy: str, kmax: int | str, patches: list[str]) -> bool:
+def announce(host: str, process: str, policy: str, kmax: int | str, patches: list[str],
+             lossy: tuple[str, ...] = ()) -> bool:
     """Log the active line unless this process (pid) already logged it."""
     key = os.getpid()
     if key in _announced:
         return False
     _announced.add(key)
     _ensure_handler()
-    logger.info("%s", active_line(host, process, policy, kmax, patches))
+    logger.info("%s", active_line(host, process, policy, kmax, patches, lossy))
     return True

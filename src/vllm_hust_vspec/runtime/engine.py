@@ -146,6 +146,9 @@ class EngineRuntime:
         header = self.controller.trace_header(
             settings.as_dict("plugin"),
             header_meta(self.host, self.method, self.kmax, self.max_num_seqs, self.policy))
+        lossy = settings_mod.lossy_rules(settings)
+        if lossy:  # only then: a strict run's header is what it always was
+            header["lossy_acceptance"] = list(lossy)
         # the controller's state for /metrics, where the host sends per-step stats
         metrics = MetricsFeed() if getattr(scheduler, "log_stats", False) else None
         self.outputs = RuntimeOutputs(settings, header, self._recorder(settings), metrics)
@@ -493,7 +496,7 @@ def attach(scheduler: Any) -> EngineRuntime | None:
     scheduler.dynamic_sd_lookup = KLookup(runtime)
     label = process_label()
     announce(runtime.host, "engine" if label == "frontend" else label, runtime.policy,
-             runtime.kmax, patches_in_effect())
+             runtime.kmax, patches_in_effect(), settings_mod.lossy_rules(runtime.settings))
     return runtime
 
 

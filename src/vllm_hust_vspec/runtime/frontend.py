@@ -35,7 +35,7 @@ def configure_speculative(config: Any, target_parallel_config: Any) -> Any:
     check_settings(settings, config.num_speculative_tokens, user_table)
     policy = settings.adaptive_policy if settings.adaptive_speculation else "fixed"
     announce(host_label(), process_label(), policy, config.num_speculative_tokens,
-             patches_in_effect())
+             patches_in_effect(), settings_mod.lossy_rules(settings))
     return config
 
 

@@ -50,6 +50,10 @@ METRICS: tuple[Metric, ...] = (
            "The controller's acceptance estimate per draft position, conditional on the "
            "position before being accepted (positions from 0, as vLLM's per-position "
            "counter), at the last decision.", ("position",)),
+    Metric("lossy_acceptance", "gauge",
+           "1 when a lossy acceptance rule is on (eagle_relaxed_accept_topk > 1, "
+           "confidence_accept_margin): output then differs from the target's; 0 when "
+           "verification is strict (the default)."),
     Metric("batch_size", "gauge", "Decode requests in the last decided step."),
     Metric("step_cost_estimated_seconds", "gauge",
            "Step cost the controller predicted for the last decided step."),

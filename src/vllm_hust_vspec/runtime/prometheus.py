@@ -17,6 +17,7 @@ from typing import Any
 import prometheus_client as prom
 from vllm.v1.metrics.loggers import AggregateStatLoggerBase
 
+from vllm_hust_vspec import settings as settings_mod
 from vllm_hust_vspec.runtime.metric_names import DECISION_KINDS, METRICS, PREFIX
 
 logger = logging.getLogger("vllm_hust_vspec")
@@ -37,6 +38,7 @@ class VspecStatLogger(AggregateStatLoggerBase):
         kmax = int(vllm_config.speculative_config.num_speculative_tokens)
         model = vllm_config.model_config.served_model_name
         self._labels = {i: (str(model), str(i)) for i in self.engine_indexes}
+        lossy = bool(settings_mod.lossy_rules(settings_mod.from_env()))
         _unregister_ours(prom.REGISTRY)
         buckets = [float(k) for k in range(kmax + 1)]
         self.m: dict[str, Any] = {}
@@ -59,6 +61,7 @@ class VspecStatLogger(AggregateStatLoggerBase):
                 self.m[name].labels(*lv)
             for name in ("cost_table_batch_max", "cost_table_verify_rows_max"):
                 self.m[name].labels(*lv).set(0)
+            self.m["lossy_acceptance"].labels(*lv).set(1 if lossy else 0)
         self._info: dict[int, tuple[str, ...]] = {}
         self._failed = False
 

@@ -124,6 +124,11 @@ def resolve_base(launcher_args: Sequence[str], environ: Mapping[str, str]) -> Ba
     if res.values.method == "none":
         raise LaunchError("the A/B benchmark compares speculative configurations: give a "
                           "speculative method (e.g. --method draft or a preset), not none")
+    lossy = settings.lossy_rules(res.values)
+    if lossy:
+        raise LaunchError(f"lossy acceptance ({', '.join(lossy)}) changes the output: the "
+                          "benchmarks compare configurations that keep the target's tokens; "
+                          "drop --eagle-relaxed-accept-topk / --confidence-accept-margin")
     lookups = [lk for lk in (res.target, res.draft) if lk is not None]
     model_store.check_exist(res.values.method, lookups)
     return BaseLaunch(tuple(launcher_args), res, plan)
