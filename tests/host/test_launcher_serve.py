@@ -200,6 +200,13 @@ def _scrape(url: str) -> dict[tuple[str, tuple], float]:
     return out
 
 
+def test_a_strict_server_says_so_on_metrics(run_sh_server):
+    """Verification is strict unless a lossy rule is set: the gauge says 0 (1 when lossy,
+    tests/unit/test_lossy_rules.py and docs/plugin.md)."""
+    server, _, _ = run_sh_server
+    assert _scrape(server.url)[("vllm_hust_vspec:lossy_acceptance", ())] == 0.0
+
+
 def _buckets(values: list[int], kmax: int) -> dict[str, int]:
     return {f"{float(b)}": sum(1 for v in values if v <= b) for b in range(kmax + 1)}
 
