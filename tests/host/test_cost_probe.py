@@ -72,7 +72,9 @@ def probed(fixtures_dir, prompts, tmp_path_factory):
 
 
 def _probe_line(log: list[str]) -> str:
-    return next(line for line in log if "vllm-hust-vspec cost probe:" in line)
+    """The probe's summary line (its per-point lines say "cost probe: point ...")."""
+    return next(line for line in log if "vllm-hust-vspec cost probe:" in line
+                and "seeded" in line)
 
 
 def test_the_probe_seeds_every_k_at_every_probed_batch(probed):
