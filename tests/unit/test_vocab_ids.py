@@ -64,7 +64,7 @@ def test_the_corpus_reader_takes_text_json_lines_and_sharegpt(tmp_path):
     with pytest.raises(vocab.VocabError, match=r"c.jsonl:1: no text field"):
         list(vocab.texts(tmp_path / "c.jsonl"))
     (tmp_path / "d.jsonl").write_text('{"prompt": "x"}\nnot json\n')
-    with pytest.raises(vocab.VocabError, match=r"d.jsonl:2: not a JSON line"):
+    with pytest.raises(vocab.VocabError, match=r"d.jsonl:2: invalid JSON"):
         list(vocab.texts(tmp_path / "d.jsonl"))
 
 

@@ -44,6 +44,16 @@ class LaunchPlan:
                           indent=2)
 
 
+# launcher options that become a speculative-config key when set: (option, key)
+SPECULATIVE_CONFIG_KEYS = (
+    ("prompt_lookup_min", "prompt_lookup_min"),
+    ("prompt_lookup_max", "prompt_lookup_max"),
+    ("draft_tensor_parallel_size", "draft_tensor_parallel_size"),
+    ("mtp_local_argmax_reduction", "use_local_argmax_reduction"),
+    ("eagle_disable_draft_torch_compile", "enforce_eager"),
+)
+
+
 def speculative_config(res: Resolved) -> dict[str, Any] | None:
     v = res.values
     if v.method == "none":
@@ -52,16 +62,9 @@ def speculative_config(res: Resolved) -> dict[str, Any] | None:
     if res.draft is not None:
         cfg["model"] = res.draft.path
     cfg["num_speculative_tokens"] = v.gamma
-    if v.prompt_lookup_min is not None:
-        cfg["prompt_lookup_min"] = v.prompt_lookup_min
-    if v.prompt_lookup_max is not None:
-        cfg["prompt_lookup_max"] = v.prompt_lookup_max
-    if v.draft_tensor_parallel_size is not None:
-        cfg["draft_tensor_parallel_size"] = v.draft_tensor_parallel_size
-    if v.mtp_local_argmax_reduction is not None:
-        cfg["use_local_argmax_reduction"] = v.mtp_local_argmax_reduction
-    if v.eagle_disable_draft_torch_compile is not None:
-        cfg["enforce_eager"] = v.eagle_disable_draft_torch_compile
+    for name, key in SPECULATIVE_CONFIG_KEYS:
+        if v[name] is not None:
+            cfg[key] = v[name]
     return cfg
 
 

@@ -23,6 +23,7 @@ from collections.abc import Iterator, Sequence
 
 from vllm_hust_vspec.fileio import write_atomic
 from vllm_hust_vspec.tools.argtypes import positive_int
+from vllm_hust_vspec.tools.bench_workloads import WorkloadError, jsonl_records
 from vllm_hust_vspec.vocab_ids import FORMAT, VERSION
 
 PROG = "vllm-hust-vspec-vocab"
@@ -37,24 +38,21 @@ class VocabError(Exception):
 
 def texts(path: pathlib.Path) -> Iterator[str]:
     """The strings a corpus file contributes."""
-    try:
-        raw = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise VocabError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise VocabError(f"{path}: cannot read it as UTF-8 text: {exc}") from None
     if path.suffix != ".jsonl":
-        yield raw
-        return
-    for n, line in enumerate(raw.splitlines(), 1):
-        if not line.strip():
-            continue
         try:
-            doc = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise VocabError(f"{path}:{n}: not a JSON line: {exc.msg}") from None
-        if not isinstance(doc, dict):
-            raise VocabError(f"{path}:{n}: expected a JSON object")
+            yield path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise VocabError(f"{path}: no such file") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise VocabError(f"{path}: cannot read it as UTF-8 text: {exc}") from None
+        return
+    if not path.is_file():
+        raise VocabError(f"{path}: no such file")
+    try:
+        records = jsonl_records(path)
+    except WorkloadError as exc:
+        raise VocabError(str(exc)) from None
+    for n, doc in records:
         found = False
         for key in TEXT_FIELDS:
             if isinstance(doc.get(key), str):
