@@ -31,6 +31,10 @@ K0_HIDDEN = ("eagle", "eagle3", "mtp")
 # ("V1 requires proposer support"; V2 truncates drafts centrally and takes any method).
 HOST_V1_DYNAMIC_SD = ("ngram", "eagle", "eagle3", "mtp", "draft_model", "dflash")
 HOST_V1_GATE = "_maybe_disable_dynamic_sd_for_v1"
+# Admission control's cohort for --adaptive-refill-batch 0, by method (vSpec 0.14's: 8 for the
+# serial draft model, whose steps cost most per drafted token, 4 for every other method).
+REFILL_DEFAULT = {"draft_model": 8}
+REFILL_DEFAULT_OTHER = 4
 # Methods the plugin cannot drive at all.
 UNSUPPORTED = {
     "custom_class": "the host calls a custom proposer without the per-step K",

@@ -235,6 +235,16 @@ OPTIONS: tuple[Option, ...] = (
            "Decisions per window of --adaptive-compare (the first step of each window is "
            "not measured: it verifies the previous policy's drafts).", minimum=4,
            group="controller"),
+    Option("adaptive_refill_batch", "int", None,
+           "Admission control: while requests run and others wait, admit waiting requests "
+           "only once min(N, waiting) batch slots are free, so that the batch refills in "
+           "cohorts of N (0: the method's cohort, 8 for draft_model and 4 for the others, as "
+           "vSpec 0.14). Unset: no admission control (1 is the same). Scheduling only: "
+           "every output token is unchanged.", minimum=0, group="controller"),
+    Option("adaptive_refill_max_wait_steps", "int", 8,
+           "Starvation bound of --adaptive-refill-batch: after this many consecutive steps "
+           "of holding, the waiting requests are admitted as slots allow.", minimum=1,
+           group="controller"),
     # ---- observability ---------------------------------------------------------------
     Option("adaptive_trace", "bool", False,
            "Write the decision trace to ./vspec-decisions-<pid>.jsonl (legacy switch; "

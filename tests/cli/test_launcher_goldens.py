@@ -42,6 +42,9 @@ CASES["vspec-eagle-active-vocab"] = ["--config", "configs/tiny-cpu-eagle.toml",
                                      "--eagle-draft-active-vocab-ids",
                                      "tests/cli/data/active-vocab.json",
                                      "--eagle-draft-lm-head-quantization", "w8a16"]
+CASES["vspec-refill-batch"] = ["--config", "configs/tiny-cpu-eagle.toml",
+                               "--adaptive-refill-batch", "0",
+                               "--adaptive-refill-max-wait-steps", "16"]
 # Capture policies on a graph mode: sizes = request buckets x verify widths 1..5.
 for policy in ("auto", "exact", "power2", "steady"):
     CASES[f"capture-{policy}"] = ["--config", "configs/tiny-cpu-draft.toml", "--graph-mode",

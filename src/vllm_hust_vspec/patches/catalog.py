@@ -12,6 +12,7 @@ from __future__ import annotations
 from types import ModuleType
 
 from vllm_hust_vspec.patches import (
+    admission,
     async_placeholders,
     capture_sizes,
     cpu_expand_kernel,
@@ -46,6 +47,7 @@ _MODULES: tuple[ModuleType, ...] = (
     stats_decode,
     stat_logger,
     scheduler_k,
+    admission,
     spec_stats,
     step_output,
     draft_trim,

@@ -4,7 +4,7 @@ Each patch makes one call in here: ``scheduler-k`` -> :func:`attach`; ``spec-sta
 :meth:`EngineRuntime.on_verified`; ``step-output`` -> :meth:`EngineRuntime.output_step`;
 ``draft-trim`` -> :meth:`EngineRuntime.trimmed`; ``async-placeholders`` ->
 :meth:`EngineRuntime.cut_placeholders`; ``draft-confidence-request`` ->
-:attr:`EngineRuntime.wants_draft_signals`.  They find the runtime with :func:`runtime_of`.
+:attr:`EngineRuntime.wants_draft_signals`; ``admission`` -> :meth:`EngineRuntime.admission_limit`.  They find the runtime with :func:`runtime_of`.
 
 The runtime composes parts with one job each: the decision gate
 (:mod:`~vllm_hust_vspec.runtime.gate`: K, K_i limits, the decision from the drafts), the
@@ -39,7 +39,9 @@ from typing import Any, Protocol
 from vllm_hust_vspec import methods
 from vllm_hust_vspec import settings as settings_mod
 from vllm_hust_vspec.adaptive.observations import StepResult
+from vllm_hust_vspec.adaptive.trace import is_decision
 from vllm_hust_vspec.host.detect import host_label, process_label
+from vllm_hust_vspec.runtime.admission import Admission, cohort_size
 from vllm_hust_vspec.runtime.announce import announce, patches_in_effect
 from vllm_hust_vspec.runtime.controller_factory import (build_controller, check_settings,
                                                         entry_settings, is_fixed_at)
@@ -133,6 +135,10 @@ class EngineRuntime:
         else:
             self._controller(settings, host_table)
         self.step = 0
+        # admission control (--adaptive-refill-batch): the batch refills in cohorts
+        self.admission = (None if settings.adaptive_refill_batch is None else Admission(
+            cohort_size(settings.adaptive_refill_batch, self.method),
+            settings.adaptive_refill_max_wait_steps))
         # a fault in the controller: the engine runs on at the safe K (runtime/fault.py)
         self.fault = FaultGuard(0 if self.varies_k else self.kmax)
         self._inject_at = int(settings.adaptive_inject_fault)  # a fault drill's step (0: none)
@@ -243,7 +249,8 @@ class EngineRuntime:
                 d = self.gate.decide(self.step, running,
                                      None if self.ledger is None else self.ledger.pending)
                 t = time.perf_counter()
-                self._flush_records()  # before the clock opens: a fault here opens no step
+                # before the clock opens: a fault here opens no step
+                self._flush_records(0 if self.admission is None else self.admission.held_now)
                 self.clock.open(self.step, d.k, t)
                 return d.k_host
             except Exception:
@@ -255,6 +262,24 @@ class EngineRuntime:
         self.outputs.records([self.fault.decision_record(
             self.step, time.time(), len(decision_batch(running)))])
         return k
+
+    def admission_limit(self) -> int | None:
+        """The admission limit of this ``schedule()`` (patch ``admission``): None keeps the
+        host's; else the slots already taken (hold the waiting requests this step).  Never
+        holds while a forced K runs (the start-up calibration); a fault here turns admission
+        control off for the rest of the engine's life, and the host admits as it would."""
+        if self.admission is None or self.k_override is not None:
+            return None
+        s = self.scheduler
+        try:
+            occupied = len(s.running) + int(getattr(s, "num_waiting_for_streaming_input", 0))
+            waiting = len(s.waiting) + len(getattr(s, "kv_holding_waiting", ()))
+            return self.admission.limit(occupied, waiting, int(s.max_num_active_reqs))
+        except Exception:
+            logger.exception("vllm-hust-vspec: admission control failed; the host admits "
+                             "waiting requests as it would from now on")
+            self.admission = None
+            return None
 
     def draft_limit(self, req_id: str) -> int | None:
         return self.gate.limit(req_id)
@@ -433,7 +458,8 @@ class EngineRuntime:
         """The stats line's fields (the fallback's once the controller failed)."""
         if not self.fault.tripped:
             try:
-                return {**self.controller.stats, "fallbacks": 0}
+                admission = {} if self.admission is None else self.admission.stats
+                return {**self.controller.stats, "fallbacks": 0, **admission}
             except Exception:
                 self._trip("stats")
         return self.fault.stats(self.step)
@@ -470,9 +496,16 @@ class EngineRuntime:
 
             with_payload(outputs, payload)
 
-    def _flush_records(self) -> None:
+    def _flush_records(self, held: int = 0) -> None:
+        """The controllers' records to the outputs; ``held``: the waiting requests admission
+        control held back in this step, on its decision record (``"held"``, only when > 0)."""
         for controller in self.controllers:
-            self.outputs.records(controller.drain_records())
+            records = controller.drain_records()
+            if held:
+                for rec in records:
+                    if is_decision(rec):
+                        rec["held"] = held
+            self.outputs.records(records)
 
 
 def runtime_of(scheduler: Any) -> EngineRuntime | None:
@@ -497,6 +530,11 @@ def attach(scheduler: Any) -> EngineRuntime | None:
     label = process_label()
     announce(runtime.host, "engine" if label == "frontend" else label, runtime.policy,
              runtime.kmax, patches_in_effect(), settings_mod.lossy_rules(runtime.settings))
+    if runtime.admission is not None:
+        logger.info("vllm-hust-vspec admission control: waiting requests join in cohorts of "
+                    "%d (%s), held at most %d steps", runtime.admission.cohort,
+                    "the method's" if runtime.settings.adaptive_refill_batch == 0 else "set",
+                    runtime.admission.max_wait_steps)
     return runtime
 
 

@@ -44,6 +44,9 @@ METRICS: tuple[Metric, ...] = (
            "Drafter forward passes skipped because the step's K was 0."),
     Metric("drafter_tokens_caught_up", "counter",
            "Tokens the drafter ran to catch up when a request drafted again after K = 0."),
+    Metric("admission_held_steps", "counter",
+           "Decode steps in which admission control (--adaptive-refill-batch) held the "
+           "waiting requests back until a cohort of batch slots was free."),
     Metric("runtime_fallbacks", "counter",
            "Faults in the controller after which the engine switched to its safe fixed K."),
     Metric("acceptance_estimate", "gauge",

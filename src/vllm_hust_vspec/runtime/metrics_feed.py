@@ -103,7 +103,7 @@ class MetricsFeed:
         if not records and self._state_sent and not self._fallbacks:
             return None
         out: dict[str, Any] = {"k": [], "ki": [], "spread": [], "kinds": dict.fromkeys(DECISION_KINDS, 0),
-                               "timed": [0.0, 0.0, 0], "skipped": 0, "caught_up": 0}
+                               "timed": [0.0, 0.0, 0], "skipped": 0, "caught_up": 0, "held": 0}
         for rec in records:
             if is_decision(rec):
                 self._decision(rec, out)
@@ -125,6 +125,8 @@ class MetricsFeed:
         if kind != "probe":
             self._held = k
         out["kinds"][kind] += 1
+        if rec.get("held"):
+            out["held"] += 1
         out["k"].append(k)
         ks = request_ks(rec)
         out["ki"].extend(ks)

@@ -89,6 +89,9 @@ class RuntimeOutputs:
             s["acceptance_rate"], "n/a" if goodput is None else f"{goodput:.1f}",
             s.get("fallbacks", 0),
         )
+        if "admission_holds" in s:
+            logger.info("vllm-hust-vspec admission: steps held=%d, ended by the wait bound=%d",
+                        s["admission_holds"], s["admission_releases"])
 
 
 def header_meta(host: str, method: str, kmax: int, max_num_seqs: int, policy: str) -> dict:

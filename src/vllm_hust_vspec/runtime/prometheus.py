@@ -56,7 +56,7 @@ class VspecStatLogger(AggregateStatLoggerBase):
             for kind in DECISION_KINDS:
                 self.m["decisions"].labels(*lv, kind)
             for name in ("k0_steps", "drafter_passes_skipped", "drafter_tokens_caught_up",
-                         "runtime_fallbacks", "timed_steps", "timed_step_cost_estimated_seconds",
+                         "admission_held_steps", "runtime_fallbacks", "timed_steps", "timed_step_cost_estimated_seconds",
                          "timed_step_cost_measured_seconds"):
                 self.m[name].labels(*lv)
             for name in ("cost_table_batch_max", "cost_table_verify_rows_max"):
@@ -99,6 +99,7 @@ class VspecStatLogger(AggregateStatLoggerBase):
         k0 = sum(1 for k in p["k"] if k == 0)
         for name, n in (("k0_steps", k0), ("drafter_passes_skipped", p["skipped"]),
                         ("drafter_tokens_caught_up", p["caught_up"]),
+                        ("admission_held_steps", p.get("held", 0)),
                         ("runtime_fallbacks", p["fallbacks"])):
             if n:
                 m[name].labels(*lv).inc(n)
