@@ -192,11 +192,17 @@ def test_conflicting_flags(args, expect):
 
 @pytest.mark.parametrize("flag", [
     "--gama",  # typo
-    "--adaptive-refill-batch",  # refill batch: not built
     "--adaptive-entropy-stop",  # vSpec top-2 entropy stop: ours is --adaptive-stop entropy (top-8)
 ])
 def test_unknown_flag(flag):
     fails(*BASE, flag, "1", "--dry-run", expect=("unrecognized arguments", flag))
+
+
+def test_a_negative_refill_batch_is_one_error_naming_the_flag():
+    fails(*BASE, "--adaptive-refill-batch", "-1", "--dry-run",
+          expect=("--adaptive-refill-batch", "out of range [0, inf]"))
+    fails(*BASE, "--adaptive-refill-max-wait-steps", "0", "--dry-run",
+          expect=("--adaptive-refill-max-wait-steps",))
 
 
 def test_vspec_k0_mode_is_refused_with_the_reason():

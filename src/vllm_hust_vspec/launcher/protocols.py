@@ -59,7 +59,8 @@ PROTOCOLS: dict[str, Protocol] = {
             name="qwen35-frontier-mtp2",
             description="Qwen3.5-35B-A3B frontier: built-in MTP head, K up to 6 chosen "
             "online in steps of 2 from 2, B16, TP2 + expert parallel, 256K context, prefix "
-            "cache, async scheduling, full-and-piecewise graphs with exact capture sizes.",
+            "cache, async scheduling, full-and-piecewise graphs with exact capture sizes, the batch "
+            "refilled in cohorts of 8.",
             settings={
                 "method": "mtp",
                 "target_model": "Qwen3.5-35B-A3B",
@@ -78,6 +79,8 @@ PROTOCOLS: dict[str, Protocol] = {
                 "adaptive_hysteresis": 0.03,
                 "adaptive_online_exploration": 0.0,
                 "adaptive_online_warmup_samples": 2,
+                # vSpec 0.14's contract refilled the batch in cohorts of 8 on these graphs
+                "adaptive_refill_batch": 8,
                 "extra_args": ("--enable-expert-parallel",),
             },
             pinned=("method", "gamma", "tensor_parallel_size", "max_model_len",
