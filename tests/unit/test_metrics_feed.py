@@ -75,6 +75,16 @@ def test_one_drain_per_step_carries_what_arrived_since_the_last():
     assert p["fallbacks"] == 1 and "state" not in p and p["k"] == []
 
 
+def test_steps_held_by_admission_control_are_counted():
+    feed = MetricsFeed()
+    held = _decision(2, 2, "fixed k=2")
+    held["held"] = 5
+    feed.records([_decision(1, 2, "fixed k=2"), held, {**_decision(3, 2, "fixed k=2"), "held": 1}])
+    assert feed.drain()["held"] == 2
+    feed.records([_decision(4, 2, "fixed k=2")])
+    assert feed.drain()["held"] == 0
+
+
 def test_hold_and_switch_follow_the_held_k_not_the_probes():
     feed = MetricsFeed()
     feed.records([_decision(1, 2, "best k=2"), _decision(2, 4, "probe k=4 on 1/2"),
