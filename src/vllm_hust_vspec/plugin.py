@@ -18,6 +18,7 @@ from vllm_hust_vspec.host.detect import (
     platform_name,
     process_roles,
 )
+from vllm_hust_vspec.models.registration import register_models
 from vllm_hust_vspec.patches import catalog, registry
 from vllm_hust_vspec.patchspec import FAMILY_VLLM
 from vllm_hust_vspec.runtime.announce import record_patches
@@ -55,5 +56,9 @@ def activate() -> list[str]:
     patches = catalog.patches_for(process_roles(), family, graph_capable(), platform_name())
     names = registry.apply(patches)
     record_patches(registry.applied())
+    added = register_models()
+    if added:
+        logger.debug("vllm-hust-vspec: registered with vLLM (the host has none): %s",
+                     ", ".join(added))
     logger.debug("vllm-hust-vspec: patches in effect: %s", names)
     return names

@@ -28,7 +28,7 @@ BIN = pathlib.Path(sys.executable).parent
 DOCTOR = str(BIN / "vllm-hust-vspec-doctor")
 CPU_METHODS = ("draft_model", "eagle", "eagle3", "mtp", "ngram")
 JSON_KEYS = {"schema", "plugin_version", "family", "method", "adaptive", "hosts", "patches",
-             "checks", "missing", "pairing", "ok"}
+             "checks", "missing", "pairing", "models", "ok"}
 HOST_KEYS = {"package", "root", "distribution", "version", "version_source", "git"}
 CHECK_KEYS = {"patch", "applies", "process", "adaptive", "methods", "symbol", "params",
               "status", "file", "line", "detail"}
@@ -135,7 +135,7 @@ def copy_declared_files(report: dict, dest: pathlib.Path) -> pathlib.Path:
 def test_copy_with_one_symbol_renamed_exits_1_naming_it(cpu_report: dict,
                                                         tmp_path: pathlib.Path) -> None:
     copy = copy_declared_files(cpu_report, tmp_path)
-    assert len(list(copy.rglob("*.py"))) < 40  # only what the declarations need
+    assert len(list(copy.rglob("*.py"))) < 45  # only what the declarations need
     ok = doctor("--adaptive", "--json", "--vllm-root", str(copy))
     assert ok.returncode == 0, ok.stdout  # the copy alone is enough
     # Rename a method that a catalog patch targets (its def line, from the doctor's report).
@@ -274,3 +274,17 @@ def test_requirement_only_specs_are_declared_for_the_doctor_not_applied() -> Non
     assert len(names) == len(set(names))  # each spec once, even when the catalog lists them
     for spec in requirements_ascend.SPECS + requirements_hust.SPECS:
         assert spec.name in names
+
+
+def test_the_report_says_whether_the_host_has_its_own_qwen2_eagle(cpu_report: dict) -> None:
+    from vllm_hust_vspec.models.registration import QWEN2_EAGLE_ARCHITECTURES, host_has_own
+
+    q = cpu_report["models"]["qwen2_eagle"]
+    assert q == {"host_has": [], "plugin_registers": list(QWEN2_EAGLE_ARCHITECTURES)}
+    # a host whose registry names one keeps it; the plugin adds only the others
+    assert host_has_own('    "EagleQwen2ForCausalLM": ("qwen2_eagle", "EagleQwen2ForCausalLM"),'
+                        ) == ("EagleQwen2ForCausalLM",)
+    proc = subprocess.run([sys.executable, "-m", "vllm_hust_vspec.tools.doctor"],
+                          capture_output=True, text=True, check=False)
+    assert "models: Qwen2 EAGLE-1 heads: the host has none; the plugin registers " \
+           "EagleQwen2ForCausalLM, EagleQwen2ForCausalLMEagle, Qwen2ForCausalLMEagle" in proc.stdout

@@ -7,7 +7,8 @@ nothing else (imports inside functions count the same as module-level ones):
                  retired
     checks       the field checks every loader uses (raise errors.VspecError); vocab_ids
     schema       settings
-    core         adaptive (the controller, pure Python), host (detection, static probe), methods
+    core         adaptive (the controller, pure Python), host (detection, static probe), methods,
+                 models (out-of-tree models for vLLM's registry)
     runtime      the engine glue the patches call into
     startup_cost the start-up calibration: the cost table (drives the runtime)
     patches      one module per host patch; each wrapper makes one call into the layers below
@@ -35,7 +36,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
      "retired"),
     ("checks", "vocab_ids"),
     ("settings",),
-    ("adaptive", "host", "methods"),
+    ("adaptive", "host", "methods", "models"),
     ("runtime",),
     ("startup_cost",),
     ("patches",),

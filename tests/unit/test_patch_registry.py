@@ -186,7 +186,9 @@ def test_catalog_specs_are_complete():
         assert s.why and s.remove_when
         root = "vllm_ascend." if s.target.root == "vllm_ascend" else "vllm."
         assert s.target.module.startswith(root)
-        assert s.applies or s.family != "vllm"  # requirement-only specs: other families
+        # requirement-only specs: other families, and the vllm symbols of the Qwen2 EAGLE
+        # registration (it adds to the host's registry, replaces nothing)
+        assert s.applies or s.family != "vllm" or s.name == "qwen2-eagle-model"
     assert {"dynamic-sd-config", "scheduler-k", "spec-stats", "step-output", "draft-trim",
             "async-placeholders", "capture-sizes"} <= set(names)
 

@@ -38,6 +38,7 @@ from vllm_hust_vspec.patches import (
     stats_decode,
     step_output,
 )
+from vllm_hust_vspec.models import registration
 from vllm_hust_vspec.patches.registry import Patch
 from vllm_hust_vspec.patchspec import PatchSpec
 
@@ -70,9 +71,10 @@ _MODULES: tuple[ModuleType, ...] = (
 
 def all_specs() -> tuple[PatchSpec, ...]:
     """Every declared patch (applied or requirement-only), for the doctor: the runtime
-    patches, then the requirement-only specs for vLLM-Ascend and vLLM-HUST."""
-    return (tuple(m.SPEC for m in _MODULES) + tuple(requirements_ascend.SPECS)
-            + tuple(requirements_hust.SPECS))
+    patches, the Qwen2 EAGLE registration's requirements, then the requirement-only specs for
+    vLLM-Ascend and vLLM-HUST."""
+    return (tuple(m.SPEC for m in _MODULES) + (registration.SPEC,)
+            + tuple(requirements_ascend.SPECS) + tuple(requirements_hust.SPECS))
 
 
 def all_patches() -> tuple[Patch, ...]:

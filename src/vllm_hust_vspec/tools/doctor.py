@@ -41,6 +41,7 @@ from vllm_hust_vspec.errors import VspecError
 from vllm_hust_vspec.host import pairing as pairing_mod
 from vllm_hust_vspec.host.probe import ProbeResult, SourceProbe
 from vllm_hust_vspec.patchspec import FAMILY_ASCEND, FAMILY_HUST, FAMILY_VLLM, PatchSpec
+from vllm_hust_vspec.models import registration
 from vllm_hust_vspec.settings import SettingsError, canonical_method
 
 JSON_SCHEMA = "vllm-hust-vspec-doctor/1"
@@ -298,6 +299,9 @@ def build_report(args: argparse.Namespace) -> dict[str, Any]:
     if ascend_dir is not None:  # does vllm_ascend import at all over this vllm tree?
         pairing = pairing_mod.check(ascend_dir, vllm_dir)
         pairing["versions"] = {"vllm_ascend": ascend.version, "vllm": vllm.version}
+    registry_py = vllm_dir / "model_executor" / "models" / "registry.py"
+    own = (registration.host_has_own(registry_py.read_text(encoding="utf-8"))
+           if registry_py.is_file() else ())
     return {
         "schema": JSON_SCHEMA,
         "plugin_version": __version__,
@@ -309,6 +313,10 @@ def build_report(args: argparse.Namespace) -> dict[str, Any]:
         "checks": [c.as_json() for c in checks],
         "missing": missing,
         "pairing": pairing,
+        "models": {"qwen2_eagle": {"host_has": list(own),
+                                   "plugin_registers": [a for a in
+                                                        registration.QWEN2_EAGLE_ARCHITECTURES
+                                                        if a not in own]}},
         "ok": not missing and (pairing is None or pairing["ok"]),
     }
 
@@ -347,6 +355,12 @@ def render_text(report: dict[str, Any]) -> str:
                          "cannot import over this vllm tree (it follows one vLLM release); first:")
             for u in pairing["unresolved"][:10]:
                 lines.append(f"  UNRESOLVED {pairing_mod.Unresolved(**u)}")
+    q = report["models"]["qwen2_eagle"]
+    lines.append("models: Qwen2 EAGLE-1 heads: "
+                 + (f"the host has its own ({', '.join(q['host_has'])}); " if q["host_has"]
+                    else "the host has none; ")
+                 + (f"the plugin registers {', '.join(q['plugin_registers'])}"
+                    if q["plugin_registers"] else "the plugin registers nothing"))
     if report["missing"]:
         lines.append(f"MISSING {len(report['missing'])} symbol(s): "
                      + ", ".join(report["missing"]))
