@@ -65,3 +65,24 @@ def capture_sizes(
     if max_num_batched_tokens is not None:
         sizes = {s for s in sizes if s <= max_num_batched_tokens}
     return sorted(sizes)
+
+
+def covering_table(kmin: int, kmax: int, max_num_seqs: int
+                   ) -> tuple[list[tuple[int, int, int]], tuple[int, ...]]:
+    """A batch-size table (vLLM's ``num_speculative_tokens_per_batch_size``) in which every K
+    of ``kmin..kmax`` appears, and the K values that could not appear.
+
+    vLLM's V2 model runner captures decode graphs only for the widths ``K + 1`` its dense
+    table holds; the plugin decides K itself (its lookup replaces the table's), so the table
+    only has to name every K once: batch size 1 gets ``kmin``, 2 gets ``kmin + 1``, ... and
+    the last range up to ``max_num_seqs`` gets ``kmax``.  With fewer batch sizes than K
+    values, the smallest K values beyond the room are left out (returned), Kmax never."""
+    if max_num_seqs < 1:
+        raise ValueError(f"max_num_seqs {max_num_seqs} must be >= 1")
+    ks = list(verify_widths(kmax, kmin))
+    ks = [w - 1 for w in ks]
+    kept = ks[-max_num_seqs:]  # Kmax always; the smallest K go first when room runs out
+    left_out = tuple(ks[: len(ks) - len(kept)])
+    table = [(i + 1, i + 1, k) for i, k in enumerate(kept[:-1])]
+    table.append((len(kept), max_num_seqs, kept[-1]))
+    return table, left_out

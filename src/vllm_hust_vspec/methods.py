@@ -31,6 +31,9 @@ K0_HIDDEN = ("eagle", "eagle3", "mtp")
 # ("V1 requires proposer support"; V2 truncates drafts centrally and takes any method).
 HOST_V1_DYNAMIC_SD = ("ngram", "eagle", "eagle3", "mtp", "draft_model", "dflash")
 HOST_V1_GATE = "_maybe_disable_dynamic_sd_for_v1"
+# Methods whose V1 proposer lives in a module of its own that some vLLM releases lack
+# (vllm/v1/spec_decode/<file>): Medusa's was removed in 0.33.
+PROPOSER_FILES = {"medusa": "medusa.py"}
 # Admission control's cohort for --adaptive-refill-batch 0, by method (vSpec 0.14's: 8 for the
 # serial draft model, whose steps cost most per drafted token, 4 for every other method).
 REFILL_DEFAULT = {"draft_model": 8}
@@ -63,3 +66,13 @@ def draft_forwards(method: str, k: int, skip_k0: bool = True) -> int:
     if k == 0 and skip_k0 and method in K0_SKIPPED:
         return 0
     return max(k, 1)
+
+
+def host_lacks(method: str, vllm_dir: Any) -> str | None:
+    """Why the vLLM tree at ``vllm_dir`` (a ``pathlib.Path`` to its ``vllm`` package) cannot
+    run ``method``, or None; read from the tree's files (nothing imported)."""
+    name = PROPOSER_FILES.get(method)
+    if name is None or (vllm_dir / "v1" / "spec_decode" / name).is_file():
+        return None
+    return (f"the installed vLLM has no {method} proposer (vllm/v1/spec_decode/{name}; "
+            "vLLM 0.33 removed it)")

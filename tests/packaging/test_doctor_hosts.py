@@ -212,3 +212,29 @@ def test_vllm_033_has_every_symbol_the_patches_touch() -> None:
         host = report["hosts"][0]
         assert (host["distribution"], host["version"]) == ("vllm", "0.33.0")
     assert len(report["checks"]) >= 100
+    # its V2 model runner (the CUDA default) runs none of the V1 runner's classes
+    assert report["v2_runner"]["present"]
+    assert {"drafter-k0", "eagle-k0", "draft-confidence-take", "lossy-accept"} <= set(
+        report["v2_runner"]["v1_only_patches"])
+    assert "scheduler-k" not in report["v2_runner"]["v1_only_patches"]
+    assert report["models"]["qwen2_eagle"]["host_has"] == []
+
+
+def test_the_covering_table_makes_vllm_033s_v2_runner_capture_every_k() -> None:
+    """The batch-size table the plugin writes on V2, expanded by vLLM 0.33's own function
+    (loaded from the sdist's source file alone: it imports nothing of vLLM) into the dense
+    table whose widths V2's cudagraph manager captures (``cudagraph_utils.py``)."""
+    import importlib.util
+
+    from vllm_hust_vspec.capture import covering_table
+
+    path = _tree("vllm", "0.33.0") / "vllm" / "v1" / "spec_decode" / "dynamic" / "utils.py"
+    spec = importlib.util.spec_from_file_location("vllm033_dynamic_sd_utils", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    for kmin, kmax, seqs in ((0, 4, 256), (2, 6, 16), (0, 7, 8)):
+        table, left_out = covering_table(kmin, kmax, seqs)
+        dense = mod.build_dynamic_sd_schedule_lookup(table, seqs, kmax)
+        assert {k + 1 for k in dense[1:]} == set(range(kmin + 1, kmax + 2)) and not left_out
+    cg = (_tree("vllm", "0.33.0") / "vllm" / "v1" / "worker" / "gpu" / "cudagraph_utils.py").read_text()
+    assert "num_spec + num_new_sampled_tokens_per_step" in cg  # the widths V2 captures

@@ -414,6 +414,23 @@ def test_the_hosts_v1_dynamic_sd_gate_is_respected(method, v2, varies, caplog):
         assert "turns per-step K off" not in caplog.text
 
 
+@pytest.mark.parametrize("method", ["draft_model", "eagle"])
+def test_on_v2_the_runtime_asks_no_confidences_and_says_what_is_v1_only(method, caplog):
+    from vllm_hust_vspec.runtime.engine import v2_notes
+
+    v1 = runtime(scheduler(method), adaptive_policy="budget")
+    assert v1.wants_draft_signals and not v1.v2  # V1, synchronous: the budget reads them
+    sched = scheduler(method)
+    sched.vllm_config = _Config033(sched.vllm_config.speculative_config, True)
+    rt = runtime(sched, adaptive_policy="budget")
+    assert rt.v2 and not rt.wants_draft_signals
+    with caplog.at_level("WARNING", logger="vllm_hust_vspec"):
+        v2_notes(rt)
+    assert "V1-only here: draft confidences" in caplog.text
+    assert "policy budget reads draft confidences" in caplog.text
+    assert ("drafts Kmax=4 tokens every step" in caplog.text) is (method == "draft_model")
+
+
 def test_no_gate_on_this_host():
     assert not methods.host_fixes_k(SimpleNamespace(use_v2_model_runner=False), "gemma4")
 

@@ -48,3 +48,48 @@ def test_the_config_is_untouched_while_the_plugin_is_off(monkeypatch):
     assert configure_speculative(spec, SimpleNamespace(data_parallel_size=1)) is spec
     assert spec.num_speculative_tokens_per_batch_size is None
     assert configure_speculative(None, None) is None
+
+
+@pytest.mark.parametrize("kmin, kmax, seqs", [(0, 4, 16), (2, 6, 16), (0, 4, 5), (1, 8, 256)])
+def test_the_covering_table_names_every_k_in_the_hosts_own_expansion(kmin, kmax, seqs):
+    """vLLM's V2 runner captures the widths K + 1 of the dense table it expands (the host's
+    own build_dynamic_sd_schedule_lookup, the same function in 0.32 and 0.33)."""
+    from vllm.v1.spec_decode.dynamic.utils import build_dynamic_sd_schedule_lookup
+
+    from vllm_hust_vspec.capture import covering_table
+
+    table, left_out = covering_table(kmin, kmax, seqs)
+    dense = build_dynamic_sd_schedule_lookup(table, vllm_max_batch_size=seqs,
+                                             vllm_num_speculative_tokens=kmax)
+    assert set(dense[1:]) == set(range(kmin, kmax + 1)) and left_out == ()
+
+
+def test_too_few_batch_sizes_leave_out_the_smallest_k_never_kmax():
+    from vllm_hust_vspec.capture import covering_table
+
+    assert covering_table(0, 4, 3) == ([(1, 1, 2), (2, 2, 3), (3, 3, 4)], (0, 1))
+    assert covering_table(0, 4, 1) == ([(1, 1, 4)], (0, 1, 2, 3))
+
+
+def _v2_config(v2, table, kmax=4, seqs=16):
+    return SimpleNamespace(
+        use_v2_model_runner=v2,
+        speculative_config=SimpleNamespace(num_speculative_tokens=kmax,
+                                           num_speculative_tokens_per_batch_size=table),
+        scheduler_config=SimpleNamespace(max_num_seqs=seqs))
+
+
+def test_on_v2_the_plugins_own_table_becomes_the_covering_one(monkeypatch):
+    from vllm_hust_vspec.runtime.frontend import cover_v2_widths
+
+    monkeypatch.setenv("HUST_VSPEC_ADAPTIVE_MIN_GAMMA", "1")
+    cfg = _v2_config(True, [(1, 1, 4)])
+    cover_v2_widths(cfg)
+    assert cfg.speculative_config.num_speculative_tokens_per_batch_size == [
+        (1, 1, 1), (2, 2, 2), (3, 3, 3), (4, 16, 4)]
+    v1 = _v2_config(False, [(1, 1, 4)])  # V1 captures by the capture sizes: untouched
+    cover_v2_widths(v1)
+    assert v1.speculative_config.num_speculative_tokens_per_batch_size == [(1, 1, 4)]
+    user = _v2_config(True, [(1, 4, 4), (5, 16, 2)])  # the user's own table: as given
+    cover_v2_widths(user)
+    assert user.speculative_config.num_speculative_tokens_per_batch_size == [(1, 4, 4), (5, 16, 2)]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.metadata
 import multiprocessing
 import os
+from typing import Any
 
 from vllm_hust_vspec.patchspec import PROCESS_ENGINE, PROCESS_FRONTEND, PROCESS_WORKER
 
@@ -82,3 +83,12 @@ def process_label(process_name: str | None = None) -> str:
     if os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "1") == "0":
         return "inproc"
     return "frontend"
+
+
+def uses_v2_runner(vllm_config: Any) -> bool:
+    """True when the host runs vLLM's V2 model runner (vLLM >= 0.33 on CUDA by default); a
+    host without the property, or one that cannot tell yet, runs V1."""
+    try:
+        return bool(getattr(vllm_config, "use_v2_model_runner", False))
+    except Exception:  # the property reads platform state a half-built config may lack
+        return False

@@ -4,10 +4,14 @@ every process of the server, also while it starts), or print it with ``--dry-run
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import pathlib
 import shlex
 import sys
 from collections.abc import Mapping, Sequence
+
+from vllm_hust_vspec import methods
 
 from vllm_hust_vspec.launcher import model_store, supervise
 from vllm_hust_vspec.launcher.command import LaunchPlan, build_plan
@@ -45,6 +49,16 @@ def run_plan(plan: LaunchPlan, environ: Mapping[str, str]) -> int:
         raise LaunchError(f"cannot start {plan.executable}: {exc.strerror}") from None
 
 
+def check_host_method(method: str) -> None:
+    """Refuse, before anything starts, a method the installed vLLM has no proposer for."""
+    spec = importlib.util.find_spec("vllm")
+    if spec is None or not spec.submodule_search_locations:
+        return  # no host here: the server's own start says so
+    why = methods.host_lacks(method, pathlib.Path(list(spec.submodule_search_locations)[0]))
+    if why is not None:
+        raise LaunchError(f"--method {method}: {why}; choose another method")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     environ = dict(os.environ)
@@ -57,6 +71,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if res.values.dry_run:
             print(plan.as_json() if res.values.json else render_text(plan, res))
             return 0
+        check_host_method(res.values.method)
         lookups = [lk for lk in (res.target, res.draft) if lk is not None]
         model_store.check_exist(res.values.method, lookups)
         print(f"{PROG}: " + shlex.join([plan.executable] + plan.argv[1:]), file=sys.stderr)

@@ -6,7 +6,10 @@ What:   wraps ``vllm.config.vllm.VllmConfig._set_cudagraph_sizes``; when the use
         request ladder (capped at the host's largest capture size), computed by
         :func:`vllm_hust_vspec.runtime.frontend.widen_capture_sizes` with
         :func:`vllm_hust_vspec.capture.capture_sizes` (the launcher's function too).
-        Explicit sizes are left exactly as given.
+        Explicit sizes are left exactly as given.  On vLLM's V2 model runner it also
+        replaces the plugin's own ``[(1, 1, Kmax)]`` batch-size table by one that names every
+        K (:func:`vllm_hust_vspec.runtime.frontend.cover_v2_widths`): V2 captures decode graphs
+        for the widths of that table only.
 Why:    the host's dynamic-SD tiers follow the batch-size table; our table is a single
         ``[(1, 1, Kmax)]`` entry, so without this only the Kmax width would have graphs and
         every other K the controller picks would run eagerly.
@@ -33,6 +36,7 @@ SPEC = PatchSpec(
         Symbol(_VLLM, "VllmConfig.scheduler_config"),
         Symbol("vllm.config.compilation", "CompilationConfig.cudagraph_capture_sizes"),
         Symbol("vllm.config.compilation", "CompilationConfig.max_cudagraph_capture_size"),
+        Symbol("vllm.config.speculative", "SpeculativeConfig.num_speculative_tokens_per_batch_size"),
     ),
     process=PROCESS_FRONTEND,
     why="device graphs for every verify width n*(K+1), K = 1..Kmax",
@@ -44,7 +48,7 @@ GRAPH_HOSTS_ONLY = True
 
 
 def make(original: Any) -> Any:
-    from vllm_hust_vspec.runtime.frontend import widen_capture_sizes
+    from vllm_hust_vspec.runtime.frontend import cover_v2_widths, widen_capture_sizes
 
     @functools.wraps(original)
     def _set_cudagraph_sizes(self: Any) -> None:
@@ -52,5 +56,6 @@ def make(original: Any) -> Any:
         original(self)
         if not explicit:
             widen_capture_sizes(self)
+        cover_v2_widths(self)
 
     return _set_cudagraph_sizes

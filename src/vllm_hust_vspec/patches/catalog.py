@@ -96,3 +96,15 @@ def patches_for(roles: tuple[str, ...], family: str, graph_capable: bool,
             continue
         out.append(Patch(spec, m.make))
     return tuple(out)
+
+
+# Host modules of the V1 model runner and its proposers and sampler: vLLM's V2 model runner
+# (vllm.v1.worker.gpu, 0.33+ on CUDA) runs none of them, so patches on them do nothing there.
+V1_RUNNER_MODULES = ("vllm.v1.worker.gpu_model_runner", "vllm.v1.spec_decode.",
+                     "vllm.v1.sample.rejection_sampler")
+
+
+def v1_only() -> tuple[str, ...]:
+    """The applied patches whose targets only vLLM's V1 model runner runs."""
+    return tuple(m.SPEC.name for m in _MODULES
+                 if m.SPEC.target.module.startswith(V1_RUNNER_MODULES))

@@ -40,7 +40,7 @@ from vllm_hust_vspec import methods
 from vllm_hust_vspec import settings as settings_mod
 from vllm_hust_vspec.adaptive.observations import StepResult
 from vllm_hust_vspec.adaptive.trace import is_decision
-from vllm_hust_vspec.host.detect import host_label, process_label
+from vllm_hust_vspec.host.detect import host_label, process_label, uses_v2_runner
 from vllm_hust_vspec.runtime.admission import Admission, cohort_size
 from vllm_hust_vspec.runtime.announce import announce, patches_in_effect
 from vllm_hust_vspec.runtime.controller_factory import (build_controller, check_settings,
@@ -113,6 +113,8 @@ class EngineRuntime:
                 "request's verified drafts only", self.method, methods.HOST_V1_GATE,
                 int(scheduler.num_spec_tokens))
         self._sync = not getattr(scheduler.scheduler_config, "async_scheduling", False)
+        # vLLM's V2 model runner (0.33+ on CUDA): the worker-side patches hook V1 classes
+        self.v2 = uses_v2_runner(scheduler.vllm_config)
         # drafter passes at K = 0, a fact of the method (the host runs one forward; none for
         # the draft model under synchronous scheduling, patch drafter-k0)
         self._skip_k0 = self._sync and settings.adaptive_k0_drafter == "skip"
@@ -168,7 +170,7 @@ class EngineRuntime:
         controller = build_controller(settings, self.kmax, host_table=host_table, trace=True)
         controller.set_draft_min_steps(self.draft_min_steps)
         gate = DecisionGate(controller, self.kmax, self.varies_k)
-        return controller, gate, _wants_signals(controller) and self._sync
+        return controller, gate, _wants_signals(controller) and self._sync and not self.v2
 
     def _controller(self, settings: settings_mod.Settings, host_table: Any = None) -> None:
         """The one controller of an engine that compares nothing."""
@@ -530,12 +532,30 @@ def attach(scheduler: Any) -> EngineRuntime | None:
     label = process_label()
     announce(runtime.host, "engine" if label == "frontend" else label, runtime.policy,
              runtime.kmax, patches_in_effect(), settings_mod.lossy_rules(runtime.settings))
+    if runtime.v2:
+        v2_notes(runtime)
     if runtime.admission is not None:
         logger.info("vllm-hust-vspec admission control: waiting requests join in cohorts of "
                     "%d (%s), held at most %d steps", runtime.admission.cohort,
                     "the method's" if runtime.settings.adaptive_refill_batch == 0 else "set",
                     runtime.admission.max_wait_steps)
     return runtime
+
+
+def v2_notes(runtime: EngineRuntime) -> None:
+    """Say, once per engine, what the plugin cannot do on vLLM's V2 model runner."""
+    logger.warning(
+        "vllm-hust-vspec: vLLM's V2 model runner: K is chosen per step and graphs exist for "
+        "every K; V1-only here: draft confidences (the budget policy uses its uniform rule, "
+        "--adaptive-stop confidence/entropy cuts nothing), the K = 0 drafter skip, the "
+        "drafter's active vocabulary / int8 head and lossy acceptance")
+    if any(_wants_signals(c) for c in runtime.controllers):
+        logger.warning("vllm-hust-vspec: policy %s reads draft confidences, which V2 does not "
+                       "return: it decides without them", runtime.policy)
+    if runtime.method == "draft_model":
+        logger.warning("vllm-hust-vspec: V2's draft-model speculator drafts Kmax=%d tokens "
+                       "every step; the controller's K sets how many of them are verified",
+                       runtime.kmax)
 
 
 def _wants_signals(controller: Any) -> bool:

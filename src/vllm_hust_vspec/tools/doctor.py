@@ -299,6 +299,9 @@ def build_report(args: argparse.Namespace) -> dict[str, Any]:
     if ascend_dir is not None:  # does vllm_ascend import at all over this vllm tree?
         pairing = pairing_mod.check(ascend_dir, vllm_dir)
         pairing["versions"] = {"vllm_ascend": ascend.version, "vllm": vllm.version}
+    from vllm_hust_vspec.patches import catalog
+
+    v2 = (vllm_dir / "v1" / "worker" / "gpu" / "model_runner.py").is_file()
     registry_py = vllm_dir / "model_executor" / "models" / "registry.py"
     own = (registration.host_has_own(registry_py.read_text(encoding="utf-8"))
            if registry_py.is_file() else ())
@@ -313,6 +316,7 @@ def build_report(args: argparse.Namespace) -> dict[str, Any]:
         "checks": [c.as_json() for c in checks],
         "missing": missing,
         "pairing": pairing,
+        "v2_runner": {"present": v2, "v1_only_patches": list(catalog.v1_only()) if v2 else []},
         "models": {"qwen2_eagle": {"host_has": list(own),
                                    "plugin_registers": [a for a in
                                                         registration.QWEN2_EAGLE_ARCHITECTURES
@@ -355,6 +359,12 @@ def render_text(report: dict[str, Any]) -> str:
                          "cannot import over this vllm tree (it follows one vLLM release); first:")
             for u in pairing["unresolved"][:10]:
                 lines.append(f"  UNRESOLVED {pairing_mod.Unresolved(**u)}")
+    if report["v2_runner"]["present"]:
+        lines.append("V2 model runner present (vLLM's default on CUDA): per-step K through the "
+                     "scheduler, decode graphs for every K (the plugin's batch-size table); "
+                     "the draft model drafts Kmax there; V1-only (nothing on V2): "
+                     + ", ".join(report["v2_runner"]["v1_only_patches"])
+                     + " (draft confidences: the budget policy uses its uniform rule)")
     q = report["models"]["qwen2_eagle"]
     lines.append("models: Qwen2 EAGLE-1 heads: "
                  + (f"the host has its own ({', '.join(q['host_has'])}); " if q["host_has"]
