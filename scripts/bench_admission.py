@@ -34,6 +34,8 @@ import time
 
 import numpy as np
 
+from inprocess import missing, plugin_engines
+
 from vllm_hust_vspec.tools.fixture_dir import fixtures_dir
 
 
@@ -124,19 +126,11 @@ def main(argv: list[str] | None = None) -> int:
     fixtures = fixtures_dir(args.fixtures)
     target = fixtures / ("target-large" if args.method == "draft" else "target")
     head = fixtures / ("draft" if args.method == "draft" else "eagle")
-    for path in (target, head):
-        if not path.is_dir():
-            print(f"error: {path} not found (build the fixtures first: ./manage.sh fixtures)",
-                  file=sys.stderr)
-            return 2
-    for k, v in {"VLLM_CPU_KVCACHE_SPACE": "2", "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
-                 "HF_HUB_OFFLINE": "1"}.items():
-        os.environ.setdefault(k, v)
-    os.environ.update({"HUST_VSPEC_ENABLED": "1", "HUST_VSPEC_ADAPTIVE_LOG_INTERVAL": "0"})
-    import vllm_hust_vspec
+    if missing(target, head):
+        return 2
+    plugin_engines(2)
     from vllm import LLM
 
-    vllm_hust_vspec.register()
     spec = {"method": "draft_model" if args.method == "draft" else "eagle", "model": str(head),
             "num_speculative_tokens": 4}
     common = dict(model=str(target), dtype="float32", max_model_len=1024,

@@ -28,6 +28,8 @@ import statistics
 import sys
 import time
 
+from inprocess import missing, plugin_engines
+
 from vllm_hust_vspec.tools.fixture_dir import fixtures_dir
 
 
@@ -57,19 +59,11 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--batches, --rounds and --calls must be >= 1")
     fixtures = fixtures_dir(args.fixtures)
     model = fixtures / ("target-large" if args.method == "draft" else "mtp-large")
-    if not model.is_dir():
-        print(f"error: {model} not found (build the fixtures first: ./manage.sh fixtures)",
-              file=sys.stderr)
+    if missing(model):
         return 2
-    for k, v in {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
-                 "HF_HUB_OFFLINE": "1"}.items():
-        os.environ.setdefault(k, v)
-    os.environ.update({"HUST_VSPEC_ENABLED": "1", "HUST_VSPEC_ADAPTIVE_LOG_INTERVAL": "0",
-                       "HUST_VSPEC_ADAPTIVE_POLICY": "fixed", "HUST_VSPEC_ADAPTIVE_FIXED_GAMMA": "0"})
-    import vllm_hust_vspec
+    plugin_engines(1, adaptive_policy="fixed", adaptive_fixed_gamma="0")
     from vllm import LLM, SamplingParams
 
-    vllm_hust_vspec.register()
     common = dict(model=str(model), dtype="float32", max_model_len=1024,
                   max_num_seqs=max(batches), enforce_eager=True, seed=0,
                   enable_prefix_caching=False)

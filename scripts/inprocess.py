@@ -1,0 +1,32 @@
+"""What the scripts that build vLLM engines in their own process share: the fixture
+directories they need, and the environment of an in-process engine with the plugin on."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import sys
+
+
+def missing(*paths: pathlib.Path) -> bool:
+    """True (after one error line) when a fixture directory is missing."""
+    for path in paths:
+        if not path.is_dir():
+            print(f"error: {path} not found (build the fixtures first: ./manage.sh fixtures)",
+                  file=sys.stderr)
+            return True
+    return False
+
+
+def plugin_engines(kv_cache_gib: int, **plugin: str) -> None:
+    """Engines built after this run in this process (no engine-core subprocess), offline,
+    with ``kv_cache_gib`` GiB of KV cache, and with the plugin enabled and registered with
+    ``plugin`` as its ``HUST_VSPEC_<NAME>`` settings (its summary log line off)."""
+    for k, v in {"VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib),
+                 "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "HF_HUB_OFFLINE": "1"}.items():
+        os.environ.setdefault(k, v)
+    os.environ.update({"HUST_VSPEC_ENABLED": "1", "HUST_VSPEC_ADAPTIVE_LOG_INTERVAL": "0"})
+    os.environ.update({f"HUST_VSPEC_{k.upper()}": v for k, v in plugin.items()})
+    import vllm_hust_vspec
+
+    vllm_hust_vspec.register()
