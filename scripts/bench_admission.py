@@ -34,17 +34,9 @@ import time
 
 import numpy as np
 
-from inprocess import missing, plugin_engines
+from inprocess import fixture_prompts, missing, plugin_engines
 
 from vllm_hust_vspec.tools.fixture_dir import fixtures_dir
-
-
-def _prompts(fixtures: pathlib.Path) -> list[str]:
-    out: list[str] = []
-    for kind in ("code", "prose"):
-        text = (fixtures / "prompts" / f"{kind}.jsonl").read_text()
-        out += [json.loads(line)["prompt"] for line in text.splitlines() if line.strip()]
-    return out
 
 
 def arrivals(n: int, rate: float, burstiness: float, seed: int) -> list[float]:
@@ -143,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["HUST_VSPEC_ADAPTIVE_REFILL_MAX_WAIT_STEPS"] = str(args.max_wait_steps)
     on = LLM(**common)
     os.environ.pop("HUST_VSPEC_ADAPTIVE_REFILL_BATCH")
-    pool = _prompts(fixtures)
+    pool = fixture_prompts(fixtures)
     for llm in (off, on):  # warm-up: one short schedule each
         play(llm, pool[:4], [0.0, 0.0, 0.1, 0.2], 16)
     keys = ("output_tok_s", "ttft_mean_ms", "ttft_p90_ms", "tpot_mean_ms")

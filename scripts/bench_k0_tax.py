@@ -28,17 +28,9 @@ import statistics
 import sys
 import time
 
-from inprocess import missing, plugin_engines
+from inprocess import fixture_prompts, missing, plugin_engines
 
 from vllm_hust_vspec.tools.fixture_dir import fixtures_dir
-
-
-def _prompts(fixtures: pathlib.Path) -> list[str]:
-    out: list[str] = []
-    for kind in ("code", "prose"):
-        text = (fixtures / "prompts" / f"{kind}.jsonl").read_text()
-        out += [json.loads(line)["prompt"] for line in text.splitlines() if line.strip()]
-    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -72,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     base = LLM(**common)  # no speculative config: the plugin stays out of it
     plug = LLM(speculative_config=spec, **common)
     sp = SamplingParams(temperature=0.0, max_tokens=args.max_tokens, ignore_eos=True)
-    prompts = _prompts(fixtures)
+    prompts = fixture_prompts(fixtures)
 
     def seconds(llm, batch: list[str]) -> float:
         t = time.perf_counter()

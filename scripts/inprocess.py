@@ -3,9 +3,19 @@ directories they need, and the environment of an in-process engine with the plug
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import sys
+
+
+def fixture_prompts(fixtures: pathlib.Path) -> list[str]:
+    """The fixture's code prompts, then its prose prompts."""
+    out: list[str] = []
+    for kind in ("code", "prose"):
+        text = (fixtures / "prompts" / f"{kind}.jsonl").read_text()
+        out += [json.loads(line)["prompt"] for line in text.splitlines() if line.strip()]
+    return out
 
 
 def missing(*paths: pathlib.Path) -> bool:
