@@ -351,6 +351,47 @@ def test_a_fault_in_the_controller_falls_back_to_k0_and_keeps_serving(where, cap
     assert rt._stats()["fallbacks"] == 1 and rt._stats()["policy"] == "fallback(k=0)"
 
 
+@pytest.mark.parametrize("where", ["take", "trim", "count"])
+def test_a_fault_in_the_runtimes_own_bookkeeping_never_reaches_the_host(where, caplog):
+    """The engine-core entry points the patches call (the step's results, the drafts' trim,
+    a verification's count) fall back to the safe K when they raise, and return what the
+    host needs (the drafts as drafted): an exception there stopped the engine core once (a
+    paired comparison's stale confidences, below)."""
+    sched = scheduler(kmax=4)
+    rt = runtime(sched, adaptive_policy="fixed", adaptive_fixed_gamma=3)
+    target = {"take": (rt._verified, "take"), "trim": (rt, "trim_drafts"),
+              "count": (rt._verified, "add")}[where]
+    setattr(*target, _raise_from(3, getattr(*target)))
+    drafted = dict.fromkeys(rt.scheduler.requests, 0)
+    ks = []
+    with caplog.at_level("ERROR", logger="vllm_hust_vspec"):
+        for _ in range(8):
+            k, drafted = run_step(rt, sched, drafted)
+            ks.append(k)
+    assert rt.fault.tripped and ks[-1] == 0 and ks[0] == 3
+    assert sum("controller failed" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_a_compared_policy_without_confidences_drops_the_kept_ones():
+    """budget (reads confidences, here width 1) then online (none, drafts 3 wide): the
+    budget window's kept confidences are dropped when the online window's drafts arrive, so
+    their verification meets no stale row (it raised 'a request verified 2 drafts but only 1
+    draft confidences were kept' in a real paired server)."""
+    import numpy as np
+
+    sched = scheduler(kmax=4)
+    rt = runtime(sched, adaptive_policy="budget")
+    ids = [r.request_id for r in sched.running]
+    rt.trim_drafts(ids, [[7] for _ in ids], np.full((len(ids), 1), 0.9, np.float32))
+    assert rt._verified._conf is not None
+    rt._wants_conf = False  # an online window takes over
+    rt.trim_drafts(ids, [[7, 7, 7] for _ in ids], None)
+    assert rt._verified._conf is None
+    for rid in ids:
+        rt._verified.add(rid, 3, 1)
+    assert rt._verified.take().confidences is None
+
+
 def test_a_fault_reaches_metrics_once():
     from vllm_hust_vspec.runtime.metrics_feed import MetricsFeed
     sched = scheduler(kmax=4)

@@ -288,7 +288,11 @@ class EngineRuntime:
 
     def cut_placeholders(self, scheduler_output: Any) -> None:
         """Async scheduling: each decoding request's draft placeholders (``spec_token_ids``,
-        set by ``_update_after_schedule`` to the batch K) cut to its limit."""
+        set by ``_update_after_schedule`` to the batch K) cut to its limit (left as the host
+        set them after a fault here)."""
+        self._guarded("cut the draft placeholders", self._cut_placeholders, scheduler_output)
+
+    def _cut_placeholders(self, scheduler_output: Any) -> None:
         k = scheduler_output.num_spec_tokens_to_schedule
         requests = self.scheduler.requests
         for req_id in scheduler_output.num_scheduled_tokens:
@@ -301,7 +305,16 @@ class EngineRuntime:
 
     def trimmed(self, draft_token_ids: Any) -> Any:
         """The workers' drafts (``DraftTokenIds``, with the confidences the workers may have
-        attached) cut to each request's limit: the same object when nothing is cut."""
+        attached) cut to each request's limit: the same object when nothing is cut (nor
+        after a fault here: the target verifies whatever was drafted)."""
+        try:
+            return self._trimmed(draft_token_ids)
+        except Exception:
+            self._trip("trim the drafts")
+            self._verified.drop_kept()
+            return draft_token_ids
+
+    def _trimmed(self, draft_token_ids: Any) -> Any:
         trimmed = self.trim_drafts(draft_token_ids.req_ids, draft_token_ids.draft_token_ids,
                                    getattr(draft_token_ids, "vspec_confidences", None),
                                    getattr(draft_token_ids, "vspec_entropies", None))
@@ -317,8 +330,11 @@ class EngineRuntime:
         the next step's decision is made here from them and its K_i cut these drafts; the
         confidences of what is kept await verification."""
         signals = self._wants_conf and confidences is not None and not self.fault.tripped
+        # new drafts replace the old ones: so do their confidences, whichever policy decides
+        # now (a paired comparison's budget window kept confidences that an online window's
+        # wider drafts must not meet at verification: it raised there, in the engine core)
+        self._verified.drop_kept()
         if self._wants_conf:
-            self._verified.drop_kept()
             if signals and self.k_override is None:
                 try:
                     self.gate.decide_from_drafts(self.step + 1, req_ids, confidences,
@@ -339,18 +355,31 @@ class EngineRuntime:
         the drafts vLLM counts invalid are not verified drafts)."""
         if not num_draft_tokens:
             return
-        invalid = (num_invalid_spec_tokens or {}).get(req_id, 0)
-        request = self.scheduler.requests.get(req_id)
-        ctx = int(request.num_tokens) if request is not None else 0
-        self._verified.add(req_id, int(num_draft_tokens - invalid), int(num_accepted_tokens), ctx)
+        try:
+            invalid = (num_invalid_spec_tokens or {}).get(req_id, 0)
+            request = self.scheduler.requests.get(req_id)
+            ctx = int(request.num_tokens) if request is not None else 0
+            self._verified.add(req_id, int(num_draft_tokens - invalid),
+                               int(num_accepted_tokens), ctx)
+        except Exception:
+            self._trip("count a verification")
+
+    def _guarded(self, where: str, call: Any, *args: Any) -> None:
+        """``call(*args)``; a fault in it falls back to the safe K instead of reaching the
+        host (which would stop the engine core)."""
+        try:
+            call(*args)
+        except Exception:
+            self._trip(where)
 
     @contextlib.contextmanager
     def output_step(self, scheduler_output: Any, model_runner_output: Any) -> Iterator[None]:
         """Around the host's ``update_from_output``: what the step produced is read before,
         what it verified is handed to the controller after (not when the host raises)."""
-        self._before_output(scheduler_output, model_runner_output)
+        self._guarded("read the step's output", self._before_output, scheduler_output,
+                      model_runner_output)
         yield
-        self._after_output(scheduler_output)
+        self._guarded("take the step's results", self._after_output, scheduler_output)
 
     def _before_output(self, scheduler_output: Any, model_runner_output: Any) -> None:
         self._verified.discard()
@@ -485,6 +514,9 @@ class EngineRuntime:
     def publish(self, outputs: dict[int, Any]) -> None:
         """This step's controller metrics onto the host's scheduler stats in ``outputs``
         (what ``update_from_output`` returns), for the server's ``/metrics``."""
+        self._guarded("publish the metrics", self._publish, outputs)
+
+    def _publish(self, outputs: dict[int, Any]) -> None:
         feed = self.outputs.metrics
         if feed is None or self.k_override is not None:
             return
