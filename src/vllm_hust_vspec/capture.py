@@ -79,8 +79,7 @@ def covering_table(kmin: int, kmax: int, max_num_seqs: int
     values, the smallest K values beyond the room are left out (returned), Kmax never."""
     if max_num_seqs < 1:
         raise ValueError(f"max_num_seqs {max_num_seqs} must be >= 1")
-    ks = list(verify_widths(kmax, kmin))
-    ks = [w - 1 for w in ks]
+    ks = [w - 1 for w in verify_widths(kmax, kmin)]
     kept = ks[-max_num_seqs:]  # Kmax always; the smallest K go first when room runs out
     left_out = tuple(ks[: len(ks) - len(kept)])
     table = [(i + 1, i + 1, k) for i, k in enumerate(kept[:-1])]

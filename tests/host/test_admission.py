@@ -6,13 +6,16 @@ requests of 12 different lengths submitted at once (they finish one by one).
   batch grows back one request at a time, many times.
 * With a cohort of 4 and a loose wait bound, the waiting requests are held until 4 slots are
   free (the engine empties here, since every request still has company): the batch grows in
-  cohorts, at most one growth per cohort, and the decision trace marks every held step
-  (``held`` = the waiting requests, only while slots were free).
+  cohorts, at most one growth per cohort, and the decision trace records every held step
+  (``{"step", "admission": {"held"}}``, ``held`` = the waiting requests, only while slots
+  were free).
 * With a wait bound of 2 no hold lasts more than 2 steps.
 * Every output token is the same in all three (scheduling only, greedy).
 """
 
 from __future__ import annotations
+
+import json
 
 import pytest
 from plugin_helpers import close, engine_spec, load_prompts, make_llm, plugin_env, read_decisions
@@ -39,6 +42,12 @@ def _run(fixtures_dir, tmp_path, name, **settings):
         finally:
             close(llm)
     _, decisions, _ = read_decisions(trace)
+    # admission control's records, {"step", "admission": {"held"}}, onto their steps' decisions
+    held = {rec["step"]: rec["admission"]["held"]
+            for rec in map(json.loads, trace.read_text().splitlines()) if "admission" in rec}
+    for d in decisions:
+        if d["step"] in held:
+            d["held"] = held[d["step"]]
     return [list(o.outputs[0].token_ids) for o in outs], decisions
 
 

@@ -77,9 +77,9 @@ def test_one_drain_per_step_carries_what_arrived_since_the_last():
 
 def test_steps_held_by_admission_control_are_counted():
     feed = MetricsFeed()
-    held = _decision(2, 2, "fixed k=2")
-    held["held"] = 5
-    feed.records([_decision(1, 2, "fixed k=2"), held, {**_decision(3, 2, "fixed k=2"), "held": 1}])
+    feed.records([_decision(1, 2, "fixed k=2"), {"step": 2, "admission": {"held": 5}},
+                  _decision(2, 2, "fixed k=2"), {"step": 3, "admission": {"held": 1}},
+                  _decision(3, 2, "fixed k=2")])
     assert feed.drain()["held"] == 2
     feed.records([_decision(4, 2, "fixed k=2")])
     assert feed.drain()["held"] == 0

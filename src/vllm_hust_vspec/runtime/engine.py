@@ -39,7 +39,6 @@ from typing import Any, Protocol
 from vllm_hust_vspec import methods
 from vllm_hust_vspec import settings as settings_mod
 from vllm_hust_vspec.adaptive.observations import StepResult
-from vllm_hust_vspec.adaptive.trace import is_decision
 from vllm_hust_vspec.host.detect import host_label, process_label, uses_v2_runner
 from vllm_hust_vspec.runtime.admission import Admission, cohort_size
 from vllm_hust_vspec.runtime.announce import announce, patches_in_effect
@@ -251,8 +250,7 @@ class EngineRuntime:
                 d = self.gate.decide(self.step, running,
                                      None if self.ledger is None else self.ledger.pending)
                 t = time.perf_counter()
-                # before the clock opens: a fault here opens no step
-                self._flush_records(0 if self.admission is None else self.admission.held_now)
+                self._flush_records()  # before the clock opens: a fault here opens no step
                 self.clock.open(self.step, d.k, t)
                 return d.k_host
             except Exception:
@@ -276,7 +274,11 @@ class EngineRuntime:
         try:
             occupied = len(s.running) + int(getattr(s, "num_waiting_for_streaming_input", 0))
             waiting = len(s.waiting) + len(getattr(s, "kv_holding_waiting", ()))
-            return self.admission.limit(occupied, waiting, int(s.max_num_active_reqs))
+            limit = self.admission.limit(occupied, waiting, int(s.max_num_active_reqs))
+            if limit is not None:  # the step this schedule() decides (or decided from drafts)
+                self.outputs.records([{"step": self.step + 1,
+                                       "admission": {"held": self.admission.held_now}}])
+            return limit
         except Exception:
             logger.exception("vllm-hust-vspec: admission control failed; the host admits "
                              "waiting requests as it would from now on")
@@ -530,16 +532,9 @@ class EngineRuntime:
 
             with_payload(outputs, payload)
 
-    def _flush_records(self, held: int = 0) -> None:
-        """The controllers' records to the outputs; ``held``: the waiting requests admission
-        control held back in this step, on its decision record (``"held"``, only when > 0)."""
+    def _flush_records(self) -> None:
         for controller in self.controllers:
-            records = controller.drain_records()
-            if held:
-                for rec in records:
-                    if is_decision(rec):
-                        rec["held"] = held
-            self.outputs.records(records)
+            self.outputs.records(controller.drain_records())
 
 
 def runtime_of(scheduler: Any) -> EngineRuntime | None:

@@ -109,6 +109,8 @@ class MetricsFeed:
                 self._decision(rec, out)
             elif is_result(rec):
                 self._result(rec, out)
+            elif "admission" in rec:
+                out["held"] += 1
             elif "drafter" in rec:
                 out["skipped"] += int(rec["drafter"]["skipped"])
                 out["caught_up"] += int(rec["drafter"]["caught_up"])
@@ -125,8 +127,6 @@ class MetricsFeed:
         if kind != "probe":
             self._held = k
         out["kinds"][kind] += 1
-        if rec.get("held"):
-            out["held"] += 1
         out["k"].append(k)
         ks = request_ks(rec)
         out["ki"].extend(ks)
