@@ -17,7 +17,7 @@ Knobs (``ControllerConfig``; each knob's default and range are those of its opti
 
 * ``min_gamma``/``kmax``: the K range (min 0 allowed); ``control_interval``: steps between
   decisions (the previous decision is repeated in between, its K_i re-mapped to the batch);
-* ``hysteresis``, ``max_gamma_step``, ``exploration``, ``warmup_samples``: online policy;
+* ``hysteresis``, ``switch_error``, ``max_gamma_step``, ``exploration``, ``warmup_samples``: online policy;
 * ``ewma_weight``: decay of the acceptance estimator; ``window``: step-cost samples kept;
 * ``stop``/``stop_threshold``/``stop_entropy``: per-request stop (:mod:`.policies.stop`);
 * ``trace``: keep decision-trace records for :meth:`Controller.drain_records`.
@@ -72,6 +72,7 @@ class ControllerConfig:
     min_gamma: int = _opt("adaptive_min_gamma")
     control_interval: int = _opt("adaptive_control_interval")
     hysteresis: float = _opt("adaptive_hysteresis")
+    switch_error: float = _opt("adaptive_switch_error")
     max_gamma_step: int = _opt("adaptive_max_gamma_step")
     ewma_weight: float = _opt("adaptive_ewma_weight")
     exploration: float = _opt("adaptive_online_exploration")
@@ -177,6 +178,7 @@ class Controller:
             confidence_map=self.confidence_map,
             rng=np.random.default_rng(config.seed),
             hysteresis=config.hysteresis,
+            switch_error=config.switch_error,
             max_gamma_step=config.max_gamma_step,
             exploration=config.exploration,
             warmup_samples=config.warmup_samples,

@@ -380,6 +380,7 @@ def _fit_grid(
 
 
 SUPPORT_SPAN = 2.0  # batch sizes within this factor count as evidence for each other
+DEFAULT_NOISE = 0.1  # relative step-time spread assumed before any cell has two samples
 
 
 class StepCostModel:
@@ -432,12 +433,14 @@ class StepCostModel:
         self._cnt: list[float] = []
         self._last: list[float] = []
         self._seeded: list[bool] = []  # the cell holds seeded samples only (see seed())
+        self._var: list[float] = []  # relative variance of the cell's step times (nan: n < 2)
         self.n = 0  # samples ever added
         self.n_seeded = 0  # of which seeded (measured before serving, see seed())
         self._since_fit = 0
         self.coef: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)  # bias, c_t, c_p, c_d
         self.knees: tuple[float, float] = (0.0, 0.0)  # T0, B0
         self.rmse: float | None = None
+        self.misfit = 0.0  # weighted RMS relative error of the fitted roofline over the cells
         self.fitted = False
         self.draft_min_steps = 0  # drafter passes at K = 0, learnt from observations
 
@@ -472,6 +475,7 @@ class StepCostModel:
             self._cnt[i] = 1.0
             self._last[i] = float(self.n)
             self._seeded[i] = False
+            self._var[i] = math.nan
         elif i is None:
             self._cells[key] = len(self._ms)
             self._kb.append(float(batch))
@@ -481,6 +485,7 @@ class StepCostModel:
             self._cnt.append(1.0)
             self._last.append(float(self.n))
             self._seeded.append(seeded)
+            self._var.append(math.nan)
             if len(self._ms) > 2 * self.max_cells:
                 self._prune()
         else:
@@ -488,7 +493,11 @@ class StepCostModel:
             w = 1.0 / n
             if w < self.cell_weight:
                 w = self.cell_weight
-            self._ms[i] += w * (ms - self._ms[i])
+            mean = self._ms[i]
+            dev = (ms - mean) / mean if mean > 0 else 0.0
+            var = self._var[i]
+            self._var[i] = dev * dev if var != var else var + w * (dev * dev - var)
+            self._ms[i] += w * (ms - mean)
             self._cnt[i] = n
             self._last[i] = float(self.n)
         self.n += 1
@@ -515,7 +524,7 @@ class StepCostModel:
         if keep.all():
             return
         rows = np.flatnonzero(keep).tolist()
-        for name in ("_kb", "_kt", "_kd", "_ms", "_cnt", "_last", "_seeded"):
+        for name in ("_kb", "_kt", "_kd", "_ms", "_cnt", "_last", "_seeded", "_var"):
             old = getattr(self, name)
             setattr(self, name, [old[r] for r in rows])
         kb, kt, kd = self._kb, self._kt, self._kd
@@ -552,6 +561,9 @@ class StepCostModel:
         self.coef = (float(x[0]), float(x[1]), float(x[2]), float(x[3]))
         self.knees = (t0, b0)
         self.rmse = math.sqrt(max(sse, 0.0) / m)  # weighted, over cells
+        fitted = x[0] + x[1] * np.maximum(t, t0) + d * (x[2] + x[3] * np.maximum(b, b0))
+        rel = (y - fitted) / np.maximum(y, 1e-9)
+        self.misfit = float(math.sqrt(float(wt @ (rel * rel)) / m))
         self.fitted = True
         self._since_fit = 0
 
@@ -653,6 +665,51 @@ class StepCostModel:
                 model = self._corrected(batch, t, d, model)
             out.append(model)
         return out
+
+    def noise(self) -> float:
+        """The relative spread (sd / mean) of a step time around its cell's mean, pooled
+        over the cells with two served samples or more (weighted like the fit);
+        ``DEFAULT_NOISE`` while none has."""
+        var = np.array(self._var)
+        known = ~np.isnan(var)
+        if not known.any():
+            return DEFAULT_NOISE
+        w = self._weights()[known]
+        total = float(w.sum())
+        if total <= 0:
+            return DEFAULT_NOISE
+        return math.sqrt(float(w @ var[known]) / total)
+
+    def rel_error(self, batch: int, ks: Sequence[int]) -> list[float]:
+        """The relative error (one standard deviation) of :meth:`predict_uniform`'s price
+        of each K: a cell with served data is its mean's standard error (the cell's spread
+        over its effective sample count) blended, as the prediction is, with the
+        roofline's :attr:`misfit`; a K without a cell is priced by the roofline alone and
+        is as wrong as the roofline is over the cells.  Why: on the CPU host at batch
+        14-16 the predicted ratio of K = 1's price to K = 0's moved by 4 % (sd) from one
+        decision to the next as noisy step times entered the cells, and online switched
+        between K = 0 and K = 1 on 29 of its 270 decisions there, each switch claiming a
+        gain of 1-9 %; the online policy switches only past this error
+        (:mod:`.policies.online`, rule 4)."""
+        dmin = self.draft_min_steps
+        return [self.cell_error(batch, batch * (1 + k), k if k > dmin else dmin) for k in ks]
+
+    def cell_error(self, batch: int, verify_tokens: int, draft_steps: int) -> float:
+        """:meth:`rel_error` of :meth:`predict`'s price of one step (any verify width)."""
+        self._maybe_fit()
+        misfit = self.misfit
+        i = self._cells.get((batch, verify_tokens, draft_steps))
+        if i is None or self._seeded[i]:
+            return misfit
+        cnt = self._cnt[i]
+        w = min(cnt, self.cell_cap) * 2.0 ** (-((self.n - 1) - self._last[i]) / self.window)
+        beta = w / (w + self.cell_prior)
+        var = self._var[i]
+        if var != var:  # one sample: the pooled spread
+            var = self.noise() ** 2
+        n_max = (2.0 - self.cell_weight) / self.cell_weight  # an EWMA's effective samples
+        n_eff = cnt if cnt < n_max else n_max
+        return math.sqrt(((1.0 - beta) * misfit) ** 2 + beta * beta * var / n_eff)
 
 
 # ----------------------------------------------------------------------------- confidence

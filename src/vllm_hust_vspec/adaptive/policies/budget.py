@@ -312,7 +312,7 @@ class BudgetPolicy(Policy):
         ratio /= ms
         if self.min_gamma:
             ratio[: self.min_gamma] = -np.inf
-        best_ratio, cap, r, best_ms = self._reprice(model, ctx.hysteresis, b, grid, ratio, dmin)
+        best_ratio, cap, r, best_ms = self._reprice(model, ctx, b, grid, ratio, dmin)
         last = self._sel
         hold = RESELECT
         if last is not None and last.cap == cap and abs(last.rank - r) <= 1:
@@ -338,12 +338,14 @@ class BudgetPolicy(Policy):
         return (self._pos_cum @ hist.reshape(2, kmax, levels)) @ self._rank_cum
 
     def _reprice(
-        self, model: StepCost, hysteresis: float, b: int, grid: np.ndarray, ratio: np.ndarray, dmin: int
+        self, model: StepCost, ctx: PolicyContext, b: int, grid: np.ndarray, ratio: np.ndarray, dmin: int
     ) -> tuple[float, int, int, float]:
         """(tokens per ms, cap, rank, step ms) of the best candidate: the best rank under each
         cap on the grid, the REPRICE best caps re-priced exactly by the model (the online
         model corrects its roofline where it has data), the held cap kept within
-        ``hysteresis``.  A cap D whose position D admits nothing duplicates D - 1 at a
+        ``hysteresis`` and within ``switch_error`` standard deviations of the online
+        model's error in the two candidates' cells (as ``online`` does: rule 4 of
+        :mod:`.online`; a cost table has no error estimate).  A cap D whose position D admits nothing duplicates D - 1 at a
         higher price, so it never beats it on the grid (ties go to the smaller cap); it is
         skipped."""
         slots = grid[0]
@@ -352,6 +354,7 @@ class BudgetPolicy(Policy):
         best = (-math.inf, 0, LEVELS - 1, math.inf)  # (ratio, cap, rank, ms)
         last = self._sel
         kept = None  # the held cap's candidate, when it is among the re-priced ones
+        cells: dict[int, tuple[int, int]] = {}  # cap -> its (verify tokens, drafter passes)
         done = 0
         for cap in sorted(self._caps_list, key=approx.__getitem__, reverse=True):
             if done == REPRICE or not math.isfinite(approx[cap]):
@@ -361,14 +364,22 @@ class BudgetPolicy(Policy):
             if cap and s == slots.item(cap - 1, r):
                 continue  # position `cap` admits nothing: the cap below is the same budget
             done += 1
-            c_ms = self._exact_ms(model, b, b + int(s), max(cap, dmin))
+            cells[cap] = (b + int(s), max(cap, dmin))
+            c_ms = self._exact_ms(model, b, *cells[cap])
             g = (b + grid.item(1, cap, r)) / c_ms
             if g > best[0]:
                 best = (g, cap, r, c_ms)
             if last is not None and cap == last.cap:
                 kept = (g, cap, r, c_ms)
-        if kept is not None and kept[0] >= best[0] * (1.0 - hysteresis):
-            best = kept  # hysteresis: another cap must beat the held one by more than it
+        if kept is None or kept[1] == best[1]:
+            return best
+        margin = math.log1p(-ctx.hysteresis) if ctx.hysteresis < 1.0 else -math.inf
+        error = getattr(model, "cell_error", None)
+        if error is not None and ctx.switch_error > 0:
+            e_kept, e_best = error(b, *cells[kept[1]]), error(b, *cells[best[1]])
+            margin = min(margin, -ctx.switch_error * math.sqrt(e_kept * e_kept + e_best * e_best))
+        if kept[0] > 0 and math.log(kept[0] / best[0]) >= margin:
+            best = kept  # another cap must beat the held one by more than both margins
         return best
 
     def _uniform(self, b: int, ctx: PolicyContext, probe: bool) -> Decision:
