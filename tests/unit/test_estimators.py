@@ -210,6 +210,50 @@ def test_cost_model_cell_correction_follows_measurements():
     assert pred == pytest.approx(1.3 * _roofline(8, 16, 1), rel=0.1)
 
 
+def test_cost_model_knows_its_own_error():
+    """A cell's error is its step times' spread over its effective samples, blended with
+    the roofline's misfit as its price is; a K without a cell (or with only seeded
+    samples) is as wrong as the roofline is over the cells; the pooled spread stands in
+    for a cell with one sample."""
+    from vllm_hust_vspec.adaptive.estimators import DEFAULT_NOISE
+
+    rng = np.random.default_rng(5)
+    m = StepCostModel()
+    assert m.noise() == DEFAULT_NOISE
+    for _ in range(200):  # K = 0 and 1 at batch 16, 10 % noisy, on an exact roofline
+        for k in (0, 1):
+            t = 16 * (1 + k)
+            m.add(16, t, k, _roofline(16, t, k) * math.exp(rng.normal(0, 0.10)))
+    m.fit()
+    assert m.noise() == pytest.approx(0.10, rel=0.35)
+    assert m.misfit < 0.05  # the cells' means sit on the roofline
+    e0, e1, e3 = m.rel_error(16, (0, 1, 3))
+    n_eff = (2 - m.cell_weight) / m.cell_weight
+    beta = m.cell_cap / (m.cell_cap + m.cell_prior)  # both cells are full and fresh
+    for e in (e0, e1):  # about 10 % / sqrt(19), weighted by the cell's share of the price
+        assert e == pytest.approx(math.hypot((1 - beta) * m.misfit, beta * 0.10 / math.sqrt(n_eff)),
+                                  rel=0.5)
+    assert e3 == m.misfit  # no cell: the roofline alone
+    m.add(16, 64, 3, _roofline(16, 64, 3))  # one sample: the pooled spread
+    assert m.rel_error(16, (3,))[0] > m.misfit * (1 - 1 / (1 + m.cell_prior))
+    assert m.cell_error(16, 32, 1) == m.rel_error(16, (1,))[0]
+    m.seed(16, 80, 4, 90.0)
+    assert m.rel_error(16, (4,))[0] == m.misfit
+
+
+def test_cost_model_misfit_is_the_rooflines_relative_error():
+    """Cells 30 % off the roofline's shape show in :attr:`misfit`, and a cell never served
+    is priced with that error."""
+    m = StepCostModel()
+    for k in (0, 1, 2, 3, 4):
+        for _ in range(4):
+            t = 8 * (1 + k)
+            m.add(8, t, k, _roofline(8, t, k) * (1.3 if k % 2 else 1.0))
+    m.fit()
+    assert 0.05 < m.misfit < 0.3
+    assert m.rel_error(32, (2,))[0] == m.misfit
+
+
 def test_seeded_step_times_price_k_but_are_no_evidence_and_a_served_step_replaces_them():
     """The start-up cost probe's samples (StepCostModel.seed) price every K like served
     steps, give no support (the online policy still times a contending K while serving),
