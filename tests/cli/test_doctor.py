@@ -28,7 +28,8 @@ BIN = pathlib.Path(sys.executable).parent
 DOCTOR = str(BIN / "vllm-hust-vspec-doctor")
 CPU_METHODS = ("draft_model", "eagle", "eagle3", "mtp", "ngram")
 JSON_KEYS = {"schema", "plugin_version", "family", "method", "adaptive", "hosts", "patches",
-             "checks", "missing", "pairing", "v2_runner", "models", "ok"}
+             "checks", "missing", "unchecked_methods", "pairing", "v2_runner", "models",
+             "ok"}
 HOST_KEYS = {"package", "root", "distribution", "version", "version_source", "git"}
 CHECK_KEYS = {"patch", "applies", "process", "adaptive", "methods", "symbol", "params",
               "status", "file", "line", "detail"}

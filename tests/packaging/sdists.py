@@ -177,6 +177,27 @@ def host_tree(name: str, version: str) -> pathlib.Path:
     return roots[0]
 
 
+def host_imports(name: str, version: str, requirements: tuple[str, ...]) -> pathlib.Path:
+    """A folder holding ``requirements`` (pure-Python requirements of the host tree that the
+    project's environment lacks), installed once with pip, without their dependencies, into
+    the same cache; put it on ``sys.path`` after the tree to import the tree's modules."""
+    dest = CACHE / "deps" / f"{name}-{version}"
+    done = dest / ".complete"
+    if not done.is_file():
+        proc = subprocess.run(
+            [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-compile",
+             "--disable-pip-version-check", "--target", str(dest), *requirements],
+            capture_output=True, text=True, timeout=600, check=False)
+        if proc.returncode != 0:
+            text = proc.stderr[-1500:]
+            if any(s in text for s in ("NewConnectionError", "Max retries", "No matching "
+                                       "distribution", "Could not find a version")):
+                raise IndexUnreachable(f"pip install {' '.join(requirements)}: {text}")
+            raise RuntimeError(f"pip install {' '.join(requirements)} failed: {text}")
+        done.write_text(" ".join(requirements))
+    return dest
+
+
 if __name__ == "__main__":
     for n, v in (("vllm-ascend", "0.23.0.post1"), ("vllm-hust", "0.17.2.post1")):
         print(host_tree(n, v))

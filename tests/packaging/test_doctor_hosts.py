@@ -81,32 +81,43 @@ def test_hust_tree_is_detected(hust: pathlib.Path) -> None:
     assert rc == 0  # the fixed-K path (drafter, plugin loading) is all there
 
 
-@pytest.mark.parametrize("method", ["draft_model", "eagle", "eagle3", "mtp"])
-def test_hust_017_lacks_the_per_step_k_path(hust: pathlib.Path, method: str) -> None:
-    rc, report = run("--vllm-root", str(hust), "--method", method, "--adaptive")
-    assert rc == 1
-    assert report["missing"] == sorted(PER_STEP_K_017 + [BASE_PROPOSE_K])
+HUST_PATCHES = ["hust-attach", "hust-step-k", "hust-spec-stats", "hust-step-output",
+                "hust-draft-trim", "hust-async-placeholders", "hust-draft-k"]
+
+
+def test_hust_017_has_every_symbol_of_its_patch_set(hust: pathlib.Path) -> None:
+    """The 0.17 patch set (per-step K decided before ``_update_after_schedule`` and carried
+    in a ``SchedulerOutput`` attribute, per-request K_i, the drafter's K in the worker):
+    ``--adaptive`` over every method exits 0; the engine-core side also runs on the tree's
+    scheduler (test_hust017_scheduler.py)."""
+    rc, report = run("--vllm-root", str(hust), "--adaptive")
+    assert rc == 0 and report["missing"] == []
+    assert report["family"] == "vllm-hust"
+    assert report["patches"][:len(HUST_PATCHES)] == HUST_PATCHES
+    assert report["unchecked_methods"] == ["dflash", "dspark"]
     by_symbol = {c["symbol"]: c for c in report["checks"]}
-    propose = by_symbol[BASE_PROPOSE_K]
-    assert propose["detail"] == "module file of vllm.v1.spec_decode.llm_base_proposer not found"
-    assert propose["file"].endswith("vllm/v1/spec_decode/llm_base_proposer.py")
-    # ... while per-request trimming and observation are present, with their lines.
-    for ok in ("vllm.v1.core.sched.scheduler.Scheduler.update_draft_token_ids",
+    for ok in ("vllm.v1.core.sched.scheduler.Scheduler._update_after_schedule",
+               "vllm.v1.core.sched.scheduler.Scheduler.update_draft_token_ids",
                "vllm.v1.core.sched.async_scheduler.AsyncScheduler._update_after_schedule",
+               "vllm.v1.core.sched.async_scheduler.AsyncScheduler._spec_token_placeholders",
                "vllm.v1.core.sched.scheduler.Scheduler.make_spec_decoding_stats",
-               "vllm.v1.worker.gpu_model_runner.GPUModelRunner.propose_draft_token_ids"):
+               "vllm.v1.worker.gpu_model_runner.GPUModelRunner.propose_draft_token_ids",
+               "vllm.v1.spec_decode.eagle.SpecDecodeBaseProposer.num_speculative_tokens",
+               "vllm.v1.spec_decode.ngram_proposer.NgramProposer.k"):
         assert by_symbol[ok]["status"] == "OK" and by_symbol[ok]["line"] > 0, ok
+    # the vllm family's per-step K path is not asked of this host
+    assert not set(PER_STEP_K_017 + [BASE_PROPOSE_K]) & set(by_symbol)
+    # 0.17's V2 runner is opt-in; the worker wrap is on the V1 runner
+    assert report["v2_runner"]["v1_only_patches"] == ["hust-draft-k"]
 
 
-def test_hust_017_ngram_needs_k_in_the_ngram_proposer(hust: pathlib.Path) -> None:
-    rc, report = run("--vllm-root", str(hust), "--method", "ngram", "--adaptive")
-    assert rc == 1
-    assert report["missing"] == sorted(
-        PER_STEP_K_017 + ["vllm.v1.spec_decode.ngram_proposer.NgramProposer.propose"])
-    check = next(c for c in report["checks"] if c["symbol"].endswith("NgramProposer.propose")
-                 and c["status"] == "MISSING")
-    assert check["patch"] == "hust-drafter-k-ngram"
-    assert check["detail"] == "parameter(s) missing: num_speculative_tokens"
+@pytest.mark.parametrize("method", ["draft_model", "eagle", "eagle3", "mtp", "ngram"])
+def test_hust_017_variable_k_methods_get_the_drafter_wrap(hust: pathlib.Path,
+                                                           method: str) -> None:
+    rc, report = run("--vllm-root", str(hust), "--method", method, "--adaptive")
+    assert rc == 0 and report["missing"] == []
+    assert report["patches"][:len(HUST_PATCHES)] == HUST_PATCHES
+    assert report["unchecked_methods"] == []
 
 
 @pytest.mark.parametrize("method", ["suffix", "medusa"])
@@ -114,13 +125,14 @@ def test_hust_017_fixed_k_methods_only_need_per_request_points(hust: pathlib.Pat
                                                                method: str) -> None:
     rc, report = run("--vllm-root", str(hust), "--method", method, "--adaptive")
     assert rc == 0 and report["missing"] == []
-    assert "hust-per-request-k" in report["patches"]
-    assert "hust-per-step-k" not in report["patches"]
+    assert "hust-draft-trim" in report["patches"]
+    assert "hust-draft-k" not in report["patches"]
 
 
 def test_hust_017_has_no_dflash(hust: pathlib.Path) -> None:
-    rc, report = run("--vllm-root", str(hust), "--method", "dflash")
-    assert rc == 1 and report["missing"] == ["vllm.v1.spec_decode.dflash.DFlashProposer"]
+    for extra in ((), ("--adaptive",)):
+        rc, report = run("--vllm-root", str(hust), "--method", "dflash", *extra)
+        assert rc == 1 and report["missing"] == ["vllm.v1.spec_decode.dflash.DFlashProposer"]
 
 
 # ---------------------------------------------------------------- vLLM-Ascend 0.23.0.post1

@@ -497,3 +497,58 @@ def test_a_request_resumed_after_preemption_is_caught_up_from_0():
     assert ledger.after(2, 0, req(12))["drafter"] == {"skipped": 1, "caught_up": 0}
     ledger.before(req(14), out({"a": 2}))
     assert ledger.after(3, 2, req(14))["drafter"] == {"skipped": 0, "caught_up": 12}
+
+
+def test_the_hust_attach_checks_the_config_and_leaves_no_lookup(monkeypatch):
+    """vLLM-HUST 0.17 (patch ``hust-attach``): no dynamic-SD lookup to replace, and the
+    refusals the front end makes on vLLM >= 0.24 (method, data parallelism) happen here; a
+    Kmax-wide draft list is cut to the step's K (``hust-draft-trim``)."""
+    from vllm_hust_vspec.runtime.engine import attach
+    from vllm_hust_vspec.settings import SettingsError
+
+    monkeypatch.setenv(settings_mod.ENABLE_ENV, "1")
+    monkeypatch.setenv("HUST_VSPEC_ADAPTIVE_POLICY", "fixed")
+    monkeypatch.setenv("HUST_VSPEC_ADAPTIVE_FIXED_GAMMA", "2")
+    sched = scheduler(method="eagle", kmax=4)
+    sched.vllm_config.parallel_config = SimpleNamespace(data_parallel_size=1)
+    sched.vllm_config.speculative_config.num_speculative_tokens = 4
+    rt = attach(sched, k_lookup=False)
+    assert runtime_of(sched) is rt and not hasattr(sched, "dynamic_sd_lookup")
+    assert rt.k_step == 4  # nothing decided yet: Kmax
+    assert rt.decide() == 2 and rt.k_step == 2
+    kept = rt.trimmed(DraftTokenIds(["r0", "r1"], [[1, 2, 3, 4], [5, 6, 0, 0]]), width=rt.k_step)
+    assert kept.draft_token_ids == [[1, 2], [5, 6]]
+
+    monkeypatch.setenv("HUST_VSPEC_ADAPTIVE_POLICY", "online")
+    dp = scheduler(method="eagle", kmax=4)
+    dp.vllm_config.parallel_config = SimpleNamespace(data_parallel_size=2)
+    dp.vllm_config.speculative_config.num_speculative_tokens = 4
+    with pytest.raises(SettingsError, match="data_parallel_size=2"):
+        attach(dp, k_lookup=False)
+    assert runtime_of(dp) is None
+    custom = scheduler(method="custom_class", kmax=4)
+    custom.vllm_config.parallel_config = SimpleNamespace(data_parallel_size=1)
+    custom.vllm_config.speculative_config.num_speculative_tokens = 4
+    with pytest.raises(SettingsError, match="custom_class"):
+        attach(custom, k_lookup=False)
+
+
+@pytest.mark.parametrize(("settings", "named"), [
+    ({"HUST_VSPEC_ADAPTIVE_REFILL_BATCH": "4"}, "adaptive_refill_batch"),
+    ({"HUST_VSPEC_ADAPTIVE_POLICY": "budget"}, "draft confidences"),
+    ({"HUST_VSPEC_ADAPTIVE_STOP": "confidence"}, "draft confidences"),
+    ({"HUST_VSPEC_CONFIDENCE_ACCEPT_MARGIN": "2.0"}, "lossy acceptance"),
+])
+def test_the_hust_attach_refuses_what_017_has_no_patch_for(monkeypatch, settings, named):
+    from vllm_hust_vspec.runtime.engine import attach
+    from vllm_hust_vspec.settings import SettingsError
+
+    monkeypatch.setenv(settings_mod.ENABLE_ENV, "1")
+    for k, v in settings.items():
+        monkeypatch.setenv(k, v)
+    sched = scheduler(method="eagle", kmax=4)
+    sched.vllm_config.parallel_config = SimpleNamespace(data_parallel_size=1)
+    sched.vllm_config.speculative_config.num_speculative_tokens = 4
+    with pytest.raises(SettingsError, match=f"vLLM-HUST 0.17.*{named}"):
+        attach(sched, k_lookup=False)
+    assert runtime_of(sched) is None

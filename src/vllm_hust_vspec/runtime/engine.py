@@ -51,6 +51,7 @@ from vllm_hust_vspec.runtime.metrics_feed import MetricsFeed, cost_state
 from vllm_hust_vspec.runtime.outputs import RuntimeOutputs, header_meta
 from vllm_hust_vspec.runtime.rotation import Rotation
 from vllm_hust_vspec.runtime.sim_trace import SimTraceRecorder
+from vllm_hust_vspec.runtime.specconfig import check_speculative_config
 from vllm_hust_vspec.runtime.step_clock import StepClock
 from vllm_hust_vspec.runtime.verified import VerifiedCollector
 
@@ -148,6 +149,7 @@ class EngineRuntime:
         # confidence and entropy of verified draft positions: sums and count, accepted / rejected
         self.confidence_outcomes = self._verified.outcomes
         self.k_override: KOverride | None = None
+        self.k_step = self.kmax  # the K the latest decision gave the host (the drafters' K)
         # where vLLM's pickled or forked engine core starts, the host info is recomputed
         self.host = host_label()
         header = self.controller.trace_header(
@@ -229,7 +231,12 @@ class EngineRuntime:
 
     # ------------------------------------------------------------------ decide
     def decide(self) -> int:
-        """The K of this step for the host's lookup (asked by ``schedule()``)."""
+        """The K of this step for the host's lookup (asked by ``schedule()``); kept in
+        :attr:`k_step` until the next decision."""
+        self.k_step = self._decide()
+        return self.k_step
+
+    def _decide(self) -> int:
         running = list(self.scheduler.running)
         if self.k_override is not None:
             k_host, limits = self.k_override.decide(running)
@@ -288,44 +295,49 @@ class EngineRuntime:
     def draft_limit(self, req_id: str) -> int | None:
         return self.gate.limit(req_id)
 
-    def cut_placeholders(self, scheduler_output: Any) -> None:
+    def cut_placeholders(self, scheduler_output: Any, k: int | None = None) -> None:
         """Async scheduling: each decoding request's draft placeholders (``spec_token_ids``,
-        set by ``_update_after_schedule`` to the batch K) cut to its limit (left as the host
-        set them after a fault here)."""
-        self._guarded("cut the draft placeholders", self._cut_placeholders, scheduler_output)
+        set by ``_update_after_schedule``) cut to min(``k``, its limit) (left as the host
+        set them after a fault here).  ``k``: the step's K; None reads the host's
+        ``SchedulerOutput.num_spec_tokens_to_schedule`` (vLLM >= 0.24, whose placeholders
+        already have that length; vLLM-HUST 0.17 sets Kmax placeholders and passes its K)."""
+        self._guarded("cut the draft placeholders", self._cut_placeholders, scheduler_output, k)
 
-    def _cut_placeholders(self, scheduler_output: Any) -> None:
-        k = scheduler_output.num_spec_tokens_to_schedule
+    def _cut_placeholders(self, scheduler_output: Any, k: int | None) -> None:
+        if k is None:
+            k = scheduler_output.num_spec_tokens_to_schedule
         requests = self.scheduler.requests
         for req_id in scheduler_output.num_scheduled_tokens:
             request = requests[req_id]
             if request.is_prefill_chunk:
                 continue
             limit = self.gate.limit(req_id)
-            if limit is not None and limit < k:
-                request.spec_token_ids = [-1] * limit
+            n = k if limit is None else min(limit, k)
+            if n < k or len(request.spec_token_ids) > n:  # 0.17: Kmax placeholders
+                request.spec_token_ids = [-1] * n
 
-    def trimmed(self, draft_token_ids: Any) -> Any:
+    def trimmed(self, draft_token_ids: Any, width: int | None = None) -> Any:
         """The workers' drafts (``DraftTokenIds``, with the confidences the workers may have
-        attached) cut to each request's limit: the same object when nothing is cut (nor
+        attached) cut to each request's limit (and to ``width``, the step's K, where the host
+        pads drafts to Kmax: vLLM-HUST 0.17): the same object when nothing is cut (nor
         after a fault here: the target verifies whatever was drafted)."""
         try:
-            return self._trimmed(draft_token_ids)
+            return self._trimmed(draft_token_ids, width)
         except Exception:
             self._trip("trim the drafts")
             self._verified.drop_kept()
             return draft_token_ids
 
-    def _trimmed(self, draft_token_ids: Any) -> Any:
+    def _trimmed(self, draft_token_ids: Any, width: int | None = None) -> Any:
         trimmed = self.trim_drafts(draft_token_ids.req_ids, draft_token_ids.draft_token_ids,
                                    getattr(draft_token_ids, "vspec_confidences", None),
-                                   getattr(draft_token_ids, "vspec_entropies", None))
+                                   getattr(draft_token_ids, "vspec_entropies", None), width)
         if trimmed is None:
             return draft_token_ids
         return type(draft_token_ids)(list(draft_token_ids.req_ids), trimmed)
 
     def trim_drafts(self, req_ids: list[str], drafts: list[list[int]], confidences: Any = None,
-                    entropies: Any = None) -> list[list[int]] | None:
+                    entropies: Any = None, width: int | None = None) -> list[list[int]] | None:
         """Each request's drafts cut to its K_i, or None when nothing changes.
 
         ``confidences`` / ``entropies`` (float32 arrays (len(req_ids), K) from the workers):
@@ -348,7 +360,7 @@ class EngineRuntime:
                     signals = False
         if signals:  # each request's row; what the trim below keeps is what gets verified
             self._verified.keep(req_ids, confidences, entropies)
-        return self.gate.trim(req_ids, drafts)
+        return self.gate.trim(req_ids, drafts, width)
 
     # ------------------------------------------------------------------ observe
     def on_verified(self, req_id: str, num_draft_tokens: int, num_accepted_tokens: int,
@@ -542,8 +554,13 @@ def runtime_of(scheduler: Any) -> EngineRuntime | None:
     return scheduler.__dict__.get(_ATTR)
 
 
-def attach(scheduler: Any) -> EngineRuntime | None:
+def attach(scheduler: Any, k_lookup: bool = True) -> EngineRuntime | None:
     """Give a freshly built scheduler its runtime and K lookup (``scheduler-k`` patch).
+
+    ``k_lookup=False`` (vLLM-HUST 0.17, patch ``hust-attach``): the host has no
+    ``dynamic_sd_lookup``; the speculative config is checked here instead of in the front
+    end (that host has no dynamic-SD config to patch), and ``hust-step-k`` asks
+    :meth:`EngineRuntime.decide` itself.
 
     Does nothing when the plugin is disabled in this process's env or the engine does not
     speculate.  Settings errors propagate: the engine must not start half-configured."""
@@ -553,9 +570,18 @@ def attach(scheduler: Any) -> EngineRuntime | None:
     if spec is None or not scheduler.num_spec_tokens:
         logger.info("vllm-hust-vspec: no speculative decoding configured; nothing to adapt")
         return None
-    runtime = EngineRuntime(scheduler, settings_mod.from_env())
+    settings = settings_mod.from_env()
+    if not k_lookup:
+        check_speculative_config(
+            str(spec.method), spec.num_speculative_tokens, settings,
+            int(getattr(scheduler.vllm_config.parallel_config, "data_parallel_size", 1)))
+        check_settings(settings, spec.num_speculative_tokens, None)
+    runtime = EngineRuntime(scheduler, settings)
+    if not k_lookup:
+        refuse_on_017(runtime)
     scheduler.__dict__[_ATTR] = runtime
-    scheduler.dynamic_sd_lookup = KLookup(runtime)
+    if k_lookup:
+        scheduler.dynamic_sd_lookup = KLookup(runtime)
     label = process_label()
     announce(runtime.host, "engine" if label == "frontend" else label, runtime.policy,
              runtime.kmax, patches_in_effect(), settings_mod.lossy_rules(runtime.settings))
@@ -567,6 +593,32 @@ def attach(scheduler: Any) -> EngineRuntime | None:
                     "the method's" if runtime.settings.adaptive_refill_batch == 0 else "set",
                     runtime.admission.max_wait_steps)
     return runtime
+
+
+def refuse_on_017(runtime: EngineRuntime) -> None:
+    """vLLM-HUST 0.17 has the per-step K, per-request K_i and observation patches only: a
+    setting that needs another patch stops the engine here, naming it."""
+    s = runtime.settings
+    wants = []
+    if s.adaptive_refill_batch is not None:
+        wants.append("adaptive_refill_batch (admission control)")
+    if settings_mod.lossy_rules(s):
+        wants.append("lossy acceptance (" + ", ".join(settings_mod.lossy_rules(s)) + ")")
+    if settings_mod.draft_head_for(s, runtime.method, "HUST_VSPEC_* settings") is not None:
+        wants.append("the drafter's active vocabulary / int8 LM head")
+    if any(_wants_signals(c) for c in runtime.controllers):
+        wants.append(f"draft confidences (policy {runtime.policy}, adaptive_stop "
+                     f"{s.adaptive_stop})")
+    if runtime.needs_cost_table:
+        wants.append("the start-up calibration of the budget policy's cost table")
+    if wants:
+        raise settings_mod.SettingsError(
+            "vLLM-HUST 0.17: the plugin has per-step K, per-request K_i and the controller's "
+            "observation on this host, not: " + "; ".join(wants)
+            + " (these need vLLM >= 0.24)")
+    if s.adaptive_cost_probe:
+        logger.info("vllm-hust-vspec: vLLM-HUST 0.17: no start-up cost probe on this host; "
+                    "the policies learn step costs from served steps")
 
 
 def v2_notes(runtime: EngineRuntime) -> None:

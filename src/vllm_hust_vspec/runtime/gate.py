@@ -110,14 +110,21 @@ class DecisionGate:
         """The latest decision's draft limit for ``req_id`` (None: no limit)."""
         return None if self.limits is None else self.limits.get(req_id)
 
-    def trim(self, req_ids: Sequence[str], drafts: Sequence[Sequence[int]]) -> list[list[int]] | None:
-        """Each request's drafts cut to its limit, or None when nothing changes."""
+    def trim(self, req_ids: Sequence[str], drafts: Sequence[Sequence[int]],
+             width: int | None = None) -> list[list[int]] | None:
+        """Each request's drafts cut to its limit, or None when nothing changes.
+
+        ``width``: the step's K, for a host whose drafts arrive padded to Kmax (vLLM-HUST
+        0.17: the drafter made ``width`` tokens, the runner's buffer holds Kmax); every row
+        is cut to it as well."""
         limits = self.limits
-        if limits is None:
+        if limits is None and width is None:
             return None
         out, changed = [], False
         for rid, ids in zip(req_ids, drafts):
-            lim = limits.get(rid)
+            lim = None if limits is None else limits.get(rid)
+            if width is not None:
+                lim = width if lim is None else min(lim, width)
             if lim is not None and len(ids) > lim:
                 ids = list(ids[:lim])
                 changed = True

@@ -27,6 +27,24 @@ def prepare_speculative_config(config: Any, settings: Settings, data_parallel_si
     """
     method = str(config.method)
     kmax = config.num_speculative_tokens
+    check_speculative_config(method, kmax, settings, data_parallel_size)
+    if not varies_k(method):
+        logger.info(
+            "vllm-hust-vspec: method %s asserts K == Kmax in the host; K stays %d and the "
+            "controller trims each request's verified drafts only", method, kmax,
+        )
+        return
+    if data_parallel_size > 1:
+        return  # the host turns dynamic SD off under DP; the fixed K is installed per rank
+    if config.num_speculative_tokens_per_batch_size is None:
+        config.num_speculative_tokens_per_batch_size = [(1, 1, kmax)]
+        logger.info("vllm-hust-vspec: dynamic-SD mode on (K chosen per step, Kmax=%d)", kmax)
+
+
+def check_speculative_config(method: str, kmax: Any, settings: Settings,
+                             data_parallel_size: int = 1) -> None:
+    """The refusals of :func:`prepare_speculative_config`, on their own (the vLLM-HUST 0.17
+    engine core runs them when it attaches: that host has no dynamic-SD table to set)."""
     if method in UNSUPPORTED:
         raise SettingsError(
             f"speculative_config.method={method!r} cannot be made adaptive: "
@@ -45,15 +63,4 @@ def prepare_speculative_config(config: Any, settings: Settings, data_parallel_si
             f"deadlock; use HUST_VSPEC_ADAPTIVE_POLICY=fixed (one K for every rank) or "
             f"HUST_VSPEC_ADAPTIVE_SPECULATION=0"
         )
-    if not varies_k(method):
-        logger.info(
-            "vllm-hust-vspec: method %s asserts K == Kmax in the host; K stays %d and the "
-            "controller trims each request's verified drafts only", method, kmax,
-        )
-        return
-    if data_parallel_size > 1:
-        return  # the host turns dynamic SD off under DP; the fixed K is installed per rank
-    if config.num_speculative_tokens_per_batch_size is None:
-        config.num_speculative_tokens_per_batch_size = [(1, 1, kmax)]
-        logger.info("vllm-hust-vspec: dynamic-SD mode on (K chosen per step, Kmax=%d)", kmax)
 

@@ -72,6 +72,8 @@ def select_specs(specs: Iterable[PatchSpec], family: str, method: str | None,
             continue
         if method is not None and spec.methods and method not in spec.methods:
             continue
+        if method is None and spec.asked_only:
+            continue
         if spec.adaptive and not adaptive:
             continue
         out.append(spec)
@@ -293,6 +295,8 @@ def build_report(args: argparse.Namespace) -> dict[str, Any]:
     if ascend_dir:
         roots["vllm_ascend"] = ascend_dir
     specs = select_specs(load_specs(), family, method, args.adaptive)
+    asked_only = sorted({m for s in load_specs() if s.family == family and s.asked_only
+                         and (args.adaptive or not s.adaptive) for m in s.methods})
     checks = run_checks(specs, SourceProbe(roots))
     missing = sorted({c.as_json()["symbol"] for c in checks if not c.result.ok})
     pairing = None
@@ -315,8 +319,9 @@ def build_report(args: argparse.Namespace) -> dict[str, Any]:
         "patches": [s.name for s in specs],
         "checks": [c.as_json() for c in checks],
         "missing": missing,
+        "unchecked_methods": asked_only if method is None else [],
         "pairing": pairing,
-        "v2_runner": {"present": v2, "v1_only_patches": list(catalog.v1_only()) if v2 else []},
+        "v2_runner": {"present": v2, "v1_only_patches": list(catalog.v1_only(family)) if v2 else []},
         "models": {"qwen2_eagle": {"host_has": list(own),
                                    "plugin_registers": [a for a in
                                                         registration.QWEN2_EAGLE_ARCHITECTURES
@@ -359,7 +364,11 @@ def render_text(report: dict[str, Any]) -> str:
                          "cannot import over this vllm tree (it follows one vLLM release); first:")
             for u in pairing["unresolved"][:10]:
                 lines.append(f"  UNRESOLVED {pairing_mod.Unresolved(**u)}")
-    if report["v2_runner"]["present"]:
+    if report["v2_runner"]["present"] and report["family"] == FAMILY_HUST:
+        lines.append("V2 model runner present (opt-in on vLLM-HUST 0.17: VLLM_USE_V2_MODEL_RUNNER"
+                     "); V1-only: " + ", ".join(report["v2_runner"]["v1_only_patches"])
+                     + " (with V2 the plugin is not covered: run the V1 runner)")
+    elif report["v2_runner"]["present"]:
         lines.append("V2 model runner present (vLLM's default on CUDA): per-step K through the "
                      "scheduler, decode graphs for every K (the plugin's batch-size table); "
                      "the draft model drafts Kmax there; V1-only (nothing on V2): "
@@ -371,6 +380,9 @@ def render_text(report: dict[str, Any]) -> str:
                     else "the host has none; ")
                  + (f"the plugin registers {', '.join(q['plugin_registers'])}"
                     if q["plugin_registers"] else "the plugin registers nothing"))
+    if report["unchecked_methods"]:
+        lines.append("not checked without --method (this host may not offer them): "
+                     + ", ".join(report["unchecked_methods"]))
     if report["missing"]:
         lines.append(f"MISSING {len(report['missing'])} symbol(s): "
                      + ", ".join(report["missing"]))
