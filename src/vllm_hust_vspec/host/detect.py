@@ -7,10 +7,10 @@ lazily (it is already imported in every process where the plugin runs).
 from __future__ import annotations
 
 import importlib.metadata
-import importlib.util
 import multiprocessing
 import os
 import pathlib
+import sys
 from typing import Any
 
 from vllm_hust_vspec.patchspec import PROCESS_ENGINE, PROCESS_FRONTEND, PROCESS_WORKER
@@ -34,7 +34,7 @@ def host_distribution() -> tuple[str, str] | None:
     if not found:
         return None
     if len(found) > 1:
-        imported = _imported_vllm_dir()
+        imported = find_installed("vllm")
         for dist in found:
             if imported is not None and _located(dist) == imported:
                 return _named(dist)
@@ -49,15 +49,16 @@ def canonical_name(name: str) -> str:
     return name.replace("_", "-").lower()
 
 
-def _imported_vllm_dir() -> pathlib.Path | None:
-    """The directory of the ``vllm`` package Python imports (found, not imported)."""
-    try:
-        spec = importlib.util.find_spec("vllm")
-    except (ImportError, ValueError):
-        return None
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return pathlib.Path(list(spec.submodule_search_locations)[0]).resolve()
+def find_installed(package: str) -> pathlib.Path | None:
+    """The directory Python would import the top-level ``package`` from, found by scanning
+    ``sys.path`` (nothing is imported, not even the package's ``__init__``): the doctor's
+    host tree, the launcher's check of the installed proposers, and which of several
+    visible host distributions owns the ``vllm`` that imports."""
+    for entry in sys.path:
+        candidate = pathlib.Path(entry or ".") / package / "__init__.py"
+        if candidate.is_file():
+            return candidate.parent.resolve()
+    return None
 
 
 def _located(dist: importlib.metadata.Distribution) -> pathlib.Path | None:

@@ -4,15 +4,13 @@ every process of the server, also while it starts), or print it with ``--dry-run
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import pathlib
 import shlex
 import sys
 from collections.abc import Mapping, Sequence
 
 from vllm_hust_vspec import methods
-
+from vllm_hust_vspec.host.detect import find_installed
 from vllm_hust_vspec.launcher import model_store, supervise
 from vllm_hust_vspec.launcher.command import LaunchPlan, build_plan
 from vllm_hust_vspec.launcher.errors import LaunchError
@@ -51,10 +49,10 @@ def run_plan(plan: LaunchPlan, environ: Mapping[str, str]) -> int:
 
 def check_host_method(method: str) -> None:
     """Refuse, before anything starts, a method the installed vLLM has no proposer for."""
-    spec = importlib.util.find_spec("vllm")
-    if spec is None or not spec.submodule_search_locations:
+    host_dir = find_installed("vllm")
+    if host_dir is None:
         return  # no host here: the server's own start says so
-    why = methods.host_lacks(method, pathlib.Path(list(spec.submodule_search_locations)[0]))
+    why = methods.host_lacks(method, host_dir)
     if why is not None:
         raise LaunchError(f"--method {method}: {why}; choose another method")
 

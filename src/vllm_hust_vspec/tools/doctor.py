@@ -39,6 +39,7 @@ from packaging.version import InvalidVersion, Version
 from vllm_hust_vspec._version import __version__
 from vllm_hust_vspec.errors import VspecError
 from vllm_hust_vspec.host import pairing as pairing_mod
+from vllm_hust_vspec.host.detect import find_installed
 from vllm_hust_vspec.host.probe import ProbeResult, SourceProbe
 from vllm_hust_vspec.patchspec import FAMILY_ASCEND, FAMILY_HUST, FAMILY_VLLM, PatchSpec
 from vllm_hust_vspec.models import registration
@@ -116,16 +117,6 @@ def package_dir(given: str, package: str, flag: str) -> pathlib.Path:
         return path / package
     raise UsageError(f"{flag} {given}: neither {package}/__init__.py nor __init__.py of a "
                      f"'{package}' package directory is there")
-
-
-def find_installed(package: str) -> pathlib.Path | None:
-    """The directory Python would import ``package`` from, found by scanning ``sys.path``
-    (nothing is imported, not even the package's ``__init__``)."""
-    for entry in sys.path:
-        candidate = pathlib.Path(entry or ".") / package / "__init__.py"
-        if candidate.is_file():
-            return candidate.parent.resolve()
-    return None
 
 
 def _normalize(name: str) -> str:
