@@ -54,12 +54,12 @@ class Spy:
         self.calls: list[tuple[int, int, np.ndarray | None, np.ndarray | None]] = []
         original = runtime.trim_drafts
 
-        def trim_drafts(req_ids, drafts, confidences=None, entropies=None):
-            width = len(drafts[0]) if drafts else 0
-            self.calls.append((len(req_ids), width,
+        def trim_drafts(req_ids, drafts, confidences=None, entropies=None, width=None):
+            drafted = len(drafts[0]) if drafts else 0
+            self.calls.append((len(req_ids), drafted,
                                None if confidences is None else np.array(confidences),
                                None if entropies is None else np.array(entropies)))
-            return original(req_ids, drafts, confidences, entropies)
+            return original(req_ids, drafts, confidences, entropies, width)
 
         runtime.trim_drafts = trim_drafts
 
