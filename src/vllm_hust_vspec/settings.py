@@ -168,9 +168,10 @@ OPTIONS: tuple[Option, ...] = (
            "Relative goodput gain a new K (budget: a new depth cap) must promise before the controller switches.",
            minimum=0.0, maximum=1.0, group="controller"),
     Option("adaptive_switch_error", "float", 0.5,
-           "Online policy: standard deviations of the step-cost model's own error (in the "
-           "two Ks' cells at this batch size) a predicted gain must also clear before the "
-           "policy switches K; 0 leaves only --adaptive-hysteresis.  Without it, noisy step "
+           "Online and budget policies: standard deviations of the step-cost model's own "
+           "error (in the two candidates' cells at this batch size) a predicted gain must "
+           "also clear before the policy switches K (budget: its depth cap); 0 leaves only "
+           "--adaptive-hysteresis.  Without it, noisy step "
            "times at large batch made online switch between near-tied Ks every few steps.",
            minimum=0.0, maximum=10.0, group="controller"),
     Option("adaptive_max_gamma_step", "int", 8,

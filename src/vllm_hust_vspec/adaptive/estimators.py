@@ -584,11 +584,16 @@ class StepCostModel:
         i = self._cells.get((batch, t, d))
         if i is None:
             return model
+        return model + (self._ms[i] - model) * self._cell_share(i)
+
+    def _cell_share(self, i: int) -> float:
+        """The share of cell ``i``'s own mean in its price: its fit weight (count capped,
+        aged) against ``cell_prior``."""
         n = self._cnt[i]
         if n > self.cell_cap:
             n = self.cell_cap
         w = n * 2.0 ** (-((self.n - 1) - self._last[i]) / self.window)
-        return model + (self._ms[i] - model) * (w / (w + self.cell_prior))
+        return w / (w + self.cell_prior)
 
     def predict(self, batch: int, verify_tokens: int, draft_steps: int) -> float | None:
         """Predicted ms of one step (None until :attr:`ready`); the step-cost protocol
@@ -702,8 +707,7 @@ class StepCostModel:
         if i is None or self._seeded[i]:
             return misfit
         cnt = self._cnt[i]
-        w = min(cnt, self.cell_cap) * 2.0 ** (-((self.n - 1) - self._last[i]) / self.window)
-        beta = w / (w + self.cell_prior)
+        beta = self._cell_share(i)
         var = self._var[i]
         if var != var:  # one sample: the pooled spread
             var = self.noise() ** 2

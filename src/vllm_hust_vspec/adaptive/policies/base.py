@@ -36,7 +36,7 @@ class PolicyContext:
     confidence_map: ConfidenceMap
     rng: np.random.Generator
     hysteresis: float = 0.01
-    switch_error: float = 0.5  # online: cost-error standard deviations a switch must clear
+    switch_error: float = 0.5  # online, budget: cost-error standard deviations a switch must clear
     max_gamma_step: int = 8
     exploration: float = 0.01
     warmup_samples: int = 2

@@ -345,9 +345,9 @@ class BudgetPolicy(Policy):
         model corrects its roofline where it has data), the held cap kept within
         ``hysteresis`` and within ``switch_error`` standard deviations of the online
         model's error in the two candidates' cells (as ``online`` does: rule 4 of
-        :mod:`.online`; a cost table has no error estimate).  A cap D whose position D admits nothing duplicates D - 1 at a
-        higher price, so it never beats it on the grid (ties go to the smaller cap); it is
-        skipped."""
+        :mod:`.online`; a cost table has no error estimate).  A cap D whose position D
+        admits nothing duplicates D - 1 at a higher price, so it never beats it on the grid
+        (ties go to the smaller cap); it is skipped."""
         slots = grid[0]
         br = ratio.argmax(axis=1).tolist()
         approx = ratio.max(axis=1).tolist()

@@ -49,7 +49,8 @@ Decision rule, in order:
 4. **Exploit**: ``best = argmax goodput`` (ties: smaller K).  Switch from the held K only if
    ``goodput(best) > goodput(held) * (1 + hysteresis)`` and the gain is larger than the
    step-cost model's own error in the two Ks' cells at this batch (``switch_error``
-   standard deviations of the log cost ratio; ``adaptive_switch_error``, default 0.5), moving at most ``max_gamma_step``.  Why the error:
+   standard deviations of the log cost ratio; ``adaptive_switch_error``, default 0.5),
+   moving at most ``max_gamma_step``.  Why the error:
    at batch 14-16 on the CPU host the predicted goodput ratio of K = 1 to K = 0 moved by
    4-7 % (sd) from one decision to the next as noisy step times entered the cost cells,
    and online switched on 28-50 of its 230-300 decisions there, between K = 0, 1 and 2,
@@ -299,14 +300,13 @@ class OnlinePolicy(Policy):
         if best == held:
             return held, f"best k={best} {best_g:.4g} tok/ms"
         if best_g > g_held * (1.0 + ctx.hysteresis):
+            gain = best_g / g_held - 1.0 if g_held > 0 else math.inf
             error = self._error(ctx, b, held, best)
-            if g_held > 0 and math.log(best_g / g_held) <= error:
-                gain = best_g / g_held - 1.0
+            if math.log1p(gain) <= error:
                 return held, (f"hold k={held}: best k={best} +{gain:.1%} within the "
                               f"estimates' error {math.expm1(error):.1%}")
             step = ctx.max_gamma_step
             k = best if abs(best - held) <= step else held + (step if best > held else -step)
-            gain = best_g / g_held - 1.0 if g_held > 0 else math.inf
             if k == best:
                 reason = f"switch {held}->{k}: +{gain:.1%} tok/ms"
             else:
