@@ -502,7 +502,8 @@ def test_a_request_resumed_after_preemption_is_caught_up_from_0():
 def test_the_hust_attach_checks_the_config_and_leaves_no_lookup(monkeypatch):
     """vLLM-HUST 0.17 (patch ``hust-attach``): no dynamic-SD lookup to replace, and the
     refusals the front end makes on vLLM >= 0.24 (method, data parallelism) happen here; a
-    Kmax-wide draft list is cut to the step's K (``hust-draft-trim``)."""
+    Kmax-wide draft list is cut to the step's K (``hust-draft-trim``) and so are Kmax
+    placeholders (``hust-async-placeholders``)."""
     from vllm_hust_vspec.runtime.engine import attach
     from vllm_hust_vspec.settings import SettingsError
 
@@ -516,8 +517,16 @@ def test_the_hust_attach_checks_the_config_and_leaves_no_lookup(monkeypatch):
     assert runtime_of(sched) is rt and not hasattr(sched, "dynamic_sd_lookup")
     assert rt.k_step == 4  # nothing decided yet: Kmax
     assert rt.decide() == 2 and rt.k_step == 2
-    kept = rt.trimmed(DraftTokenIds(["r0", "r1"], [[1, 2, 3, 4], [5, 6, 0, 0]]), width=rt.k_step)
+    assert rt.pads_to_kmax
+    kept = rt.trimmed(DraftTokenIds(["r0", "r1"], [[1, 2, 3, 4], [5, 6, 0, 0]]))
     assert kept.draft_token_ids == [[1, 2], [5, 6]]
+    # async: the host set Kmax placeholders (and told the runtime no K of its own)
+    out, _ = step_output(sched, {"r0": 4, "r1": 4})
+    for r in sched.running:
+        r.spec_token_ids = [-1] * 4
+    out.num_spec_tokens_to_schedule = 4
+    rt.cut_placeholders(out)
+    assert [r.spec_token_ids for r in sched.running] == [[-1, -1], [-1, -1]]
 
     monkeypatch.setenv("HUST_VSPEC_ADAPTIVE_POLICY", "online")
     dp = scheduler(method="eagle", kmax=4)

@@ -27,11 +27,9 @@ from vllm_hust_vspec.patches import (
     lossy_accept_context,
     drafter_k0,
     eagle_k0,
-    hust_async_placeholders,
     hust_attach,
     hust_draft_k,
-    hust_draft_trim,
-    hust_observe,
+    hust_shared,
     hust_step_k,
     requirements_ascend,
     requirements_hust,
@@ -77,13 +75,12 @@ _MODULES: tuple[ModuleType, ...] = (
 
 # vLLM-HUST 0.17 (family vllm-hust), in application order: the runtime joins the scheduler,
 # K is decided per step, each step's results are observed, drafts and placeholders are cut,
-# the worker's drafter drafts K (the observers are the vllm family's, declared again)
+# the worker's drafter drafts K (the observers and the cuts are the vllm family's, declared
+# again: hust_shared)
 _HUST: tuple[tuple[PatchSpec, Any], ...] = (
     (hust_attach.SPEC, hust_attach.make),
     (hust_step_k.SPEC, hust_step_k.make),
-    *hust_observe.PATCHES,
-    (hust_draft_trim.SPEC, hust_draft_trim.make),
-    (hust_async_placeholders.SPEC, hust_async_placeholders.make),
+    *hust_shared.PATCHES,
     (hust_draft_k.SPEC, hust_draft_k.make),
 )
 

@@ -3,8 +3,8 @@
 Nothing here is applied (``applies=False``): the plugin entry point and the drafter classes
 the 0.17 runtime patches rely on without patching them, so ``vllm-hust-vspec-doctor`` reports
 them on a 0.17-line host.  The applied 0.17 patch set is in the ``hust_*`` modules (per-step
-K: ``hust-step-k`` in the engine core, ``hust-draft-k`` in the worker; per-request K_i:
-``hust-draft-trim``, ``hust-async-placeholders``; observation: ``hust_observe``).
+K: ``hust-step-k`` in the engine core, ``hust-draft-k`` in the worker; the vllm family's
+observers and draft cuts declared again: ``hust_shared``).
 
 0.17 has no ``dflash`` proposer: DFlash / DSpark need a vLLM >= 0.24 host
 (``hust-drafter-dflash``, checked only for ``--method dflash`` / ``dspark``).

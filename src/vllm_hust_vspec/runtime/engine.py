@@ -150,6 +150,9 @@ class EngineRuntime:
         self.confidence_outcomes = self._verified.outcomes
         self.k_override: KOverride | None = None
         self.k_step = self.kmax  # the K the latest decision gave the host (the drafters' K)
+        # the host hands drafts and placeholders over Kmax wide whatever K the drafters made
+        # (vLLM-HUST 0.17, attached without a K lookup): they are cut to k_step here too
+        self.pads_to_kmax = False
         # where vLLM's pickled or forked engine core starts, the host info is recomputed
         self.host = host_label()
         header = self.controller.trace_header(
@@ -295,17 +298,18 @@ class EngineRuntime:
     def draft_limit(self, req_id: str) -> int | None:
         return self.gate.limit(req_id)
 
-    def cut_placeholders(self, scheduler_output: Any, k: int | None = None) -> None:
+    def cut_placeholders(self, scheduler_output: Any) -> None:
         """Async scheduling: each decoding request's draft placeholders (``spec_token_ids``,
-        set by ``_update_after_schedule``) cut to min(``k``, its limit) (left as the host
-        set them after a fault here).  ``k``: the step's K; None reads the host's
+        set by ``_update_after_schedule``) cut to min(K, its limit) (left as the host set
+        them after a fault here).  K is the host's
         ``SchedulerOutput.num_spec_tokens_to_schedule`` (vLLM >= 0.24, whose placeholders
-        already have that length; vLLM-HUST 0.17 sets Kmax placeholders and passes its K)."""
-        self._guarded("cut the draft placeholders", self._cut_placeholders, scheduler_output, k)
+        already have that length), or :attr:`k_step` where the host sets Kmax placeholders
+        (:attr:`pads_to_kmax`: vLLM-HUST 0.17)."""
+        self._guarded("cut the draft placeholders", self._cut_placeholders, scheduler_output)
 
-    def _cut_placeholders(self, scheduler_output: Any, k: int | None) -> None:
-        if k is None:
-            k = scheduler_output.num_spec_tokens_to_schedule
+    def _cut_placeholders(self, scheduler_output: Any) -> None:
+        k = (self.k_step if self.pads_to_kmax
+             else scheduler_output.num_spec_tokens_to_schedule)
         requests = self.scheduler.requests
         for req_id in scheduler_output.num_scheduled_tokens:
             request = requests[req_id]
@@ -316,13 +320,13 @@ class EngineRuntime:
             if n < k or len(request.spec_token_ids) > n:  # 0.17: Kmax placeholders
                 request.spec_token_ids = [-1] * n
 
-    def trimmed(self, draft_token_ids: Any, width: int | None = None) -> Any:
+    def trimmed(self, draft_token_ids: Any) -> Any:
         """The workers' drafts (``DraftTokenIds``, with the confidences the workers may have
-        attached) cut to each request's limit (and to ``width``, the step's K, where the host
-        pads drafts to Kmax: vLLM-HUST 0.17): the same object when nothing is cut (nor
-        after a fault here: the target verifies whatever was drafted)."""
+        attached) cut to each request's limit (and to :attr:`k_step`, the K they were drafted
+        for, where the host pads drafts to Kmax: :attr:`pads_to_kmax`): the same object when
+        nothing is cut (nor after a fault here: the target verifies whatever was drafted)."""
         try:
-            return self._trimmed(draft_token_ids, width)
+            return self._trimmed(draft_token_ids, self.k_step if self.pads_to_kmax else None)
         except Exception:
             self._trip("trim the drafts")
             self._verified.drop_kept()
@@ -579,6 +583,7 @@ def attach(scheduler: Any, k_lookup: bool = True) -> EngineRuntime | None:
     runtime = EngineRuntime(scheduler, settings)
     if not k_lookup:
         refuse_on_017(runtime)
+        runtime.pads_to_kmax = True
     scheduler.__dict__[_ATTR] = runtime
     if k_lookup:
         scheduler.dynamic_sd_lookup = KLookup(runtime)
