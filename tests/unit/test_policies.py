@@ -370,15 +370,43 @@ def test_catch_up_cost_prices_tokens_from_measured_resumes():
     from vllm_hust_vspec.adaptive.estimators import CatchUpCost
 
     c = CatchUpCost(decay=0.5)
-    assert c.price(100) is None and c.ms_per_token is None
-    c.add(100, 50.0)  # 0.5 ms a token
-    assert c.price(10) == pytest.approx(5.0)
+    assert c.price(100) is None and c.parts() is None
+    c.add(100, 50.0)
+    # one resume cannot tell a fixed pass from a price per token: its own size costs what it
+    # cost, another size the geometric mean of "all fixed" (50) and "all per token" (200)
+    assert c.price(100) == pytest.approx(50.0) and c.parts() is None
+    assert c.price(400) == pytest.approx(100.0)
+    assert c.price(0) == 0.0
     c.add(100, -20.0)  # faster than predicted: costs nothing, still counts its tokens
-    assert c.ms_per_token == pytest.approx(25.0 / 150.0)
+    assert c.price(100) == pytest.approx(0.5 * 50.0 / 1.5)  # decayed mean of 50 and 0
     c.add(0, 99.0)  # nothing caught up: ignored
     assert c.resumes == 2
     with pytest.raises(ValueError, match="decay"):
         CatchUpCost(decay=1.0)
+
+
+def test_catch_up_cost_separates_the_extra_pass_from_the_tokens():
+    """Resumes of different sizes fit ms = fixed + per_token * tokens (both >= 0)."""
+    from vllm_hust_vspec.adaptive.estimators import CatchUpCost
+
+    c = CatchUpCost(decay=0.9)
+    for t in (10, 200, 50, 400, 20):
+        c.add(t, 6.0 + 0.05 * t)
+    fixed, per_token = c.parts()
+    assert fixed == pytest.approx(6.0) and per_token == pytest.approx(0.05)
+    assert c.price(1000) == pytest.approx(56.0)
+    # the fresh demo server's resumes on the CPU host (tokens caught up, ms beyond the
+    # step's price): the pass costs the same whatever it catches up
+    demo = CatchUpCost()
+    for t, ms in ((7, 8.1), (130, 4.0), (2, 5.3), (128, 11.2), (128, 3.1)):
+        demo.add(t, ms)
+    assert demo.parts()[1] < 0.01
+    assert 3.0 < demo.price(128) < 12.0  # (per token from the first resume: 148 ms)
+    # a fit with a negative fixed part goes through the origin instead
+    c = CatchUpCost(decay=0.5)
+    c.add(10, 0.0)
+    c.add(100, 50.0)
+    assert c.parts() == (0.0, pytest.approx(50.0 * 100 / (100 * 100 + 0.5 * 10 * 10)))
 
 
 def _tie_at_k0(catch_up_tokens: int, resumes: bool):
@@ -415,7 +443,7 @@ def test_online_prices_the_catch_up_of_a_resume_from_k0():
     catch up hundreds of drafter tokens at a measured price; with nothing to catch up, or
     no resume measured yet, it takes the 1 % (the policy's own rule, unchanged)."""
     c, ds = _tie_at_k0(catch_up_tokens=800, resumes=True)
-    assert c.ctx.catch_up.ms_per_token == pytest.approx(200.0 / 400, rel=0.05)
+    assert c.ctx.catch_up.price(400) == pytest.approx(200.0, rel=0.05)
     exploit = [d for d in ds if not d.reason.startswith(("warmup", "probe"))]
     assert len(exploit) >= 3 and all(d.k == 0 for d in exploit), [d.reason for d in ds]
     assert all("resume" in d.reason for d in exploit)

@@ -13,8 +13,9 @@
   cost per drafter pass ``c_p`` (launch, metadata, the drafter's own lm-head), fitted by
   non-negative least squares over a window of samples with the knees chosen on a grid.
   Because it is structural it extrapolates to batch sizes and K not tried yet.
-* :class:`CatchUpCost` -- what one drafter token caught up after K = 0 costs: the time a
-  resume step took beyond the step-cost model's price of its K, per token caught up.
+* :class:`CatchUpCost` -- what catching the drafter up after K = 0 costs: the time a
+  resume step took beyond the step-cost model's price of its K, as a fixed part (the extra
+  drafter pass) plus a part per token caught up.
 * :class:`ConfidenceMap` -- a binned, monotone (pool-adjacent-violators) map from a
   draft confidence to the probability that the token is accepted.
 
@@ -720,39 +721,79 @@ class StepCostModel:
 
 
 class CatchUpCost:
-    """The price of a drafter token caught up after K = 0 (patch ``drafter-k0``).
+    """The price of the drafter's catch-up after K = 0 (patch ``drafter-k0``).
 
     A step that resumes drafting first runs the drafter over every token it missed (the
     prompts that arrived and the tokens produced while K was 0), then drafts; the engine
     leaves that step out of the step-cost model and reports ``(tokens, ms)`` instead
-    (``StepResult.catch_up``).  Its cost beyond the model's price of the step's K is the
-    catch-up's: ``ms_per_token = sum(extra) / sum(tokens)`` over decayed sums (each new
-    resume weighs ``1 - decay`` of what came before), 0 where a resume cost less than
-    predicted.  :meth:`price` is None until a resume has been measured."""
+    (``StepResult.catch_up``).  Its cost beyond the model's price of the step's K (0 where a
+    resume cost less than predicted) is the catch-up's, modelled as
+
+        ms = fixed + per_token * tokens        (both >= 0)
+
+    fitted by least squares over decayed sums (each new resume weighs ``1 - decay`` of what
+    came before).  While the resumes measured do not separate the two parts (one resume, or
+    token counts within ``SPREAD_MIN`` relative spread of each other), the price of another
+    size is the geometric mean of the two readings they allow: all fixed (their mean ms
+    whatever the size) and all per token (proportional to the size).
+
+    Why the fixed part: on the CPU host a resume's extra pass cost 3-11 ms whether it caught
+    up 2 or 130 tokens (a fresh demo server, ``./run.sh demo``), and priced per token from a
+    first resume of 7 tokens (8.1 ms) the catch-up of a new request's 128 tokens came to
+    190 ms; online left K = 2 for K = 0 over it at batch 1, then paid the catch-up anyway
+    two steps later (25.3 ms for the step, 4 ms above its K's price).
+    :meth:`price` is None until a resume has been measured."""
+
+    SPREAD_MIN = 0.25  # relative sd of the token counts that tells the two parts apart
 
     def __init__(self, decay: float = 0.8) -> None:
         if not 0.0 <= decay < 1.0:
             raise ValueError(f"catch-up decay must be in [0, 1), got {decay!r}")
         self.decay = decay
-        self._ms = 0.0
-        self._tokens = 0.0
+        # decayed sums: weight, tokens, tokens^2, ms, tokens * ms
+        self._w = self._t = self._tt = self._m = self._tm = 0.0
         self.resumes = 0
 
     def add(self, tokens: int, extra_ms: float) -> None:
         if tokens <= 0 or not math.isfinite(extra_ms):
             return
-        self._ms = self.decay * self._ms + max(0.0, float(extra_ms))
-        self._tokens = self.decay * self._tokens + float(tokens)
+        t, m, d = float(tokens), max(0.0, float(extra_ms)), self.decay
+        self._w = d * self._w + 1.0
+        self._t = d * self._t + t
+        self._tt = d * self._tt + t * t
+        self._m = d * self._m + m
+        self._tm = d * self._tm + t * m
         self.resumes += 1
 
-    @property
-    def ms_per_token(self) -> float | None:
-        return None if self._tokens <= 0 else self._ms / self._tokens
+    def parts(self) -> tuple[float, float] | None:
+        """``(fixed_ms, ms_per_token)`` once the resumes separate them, else None."""
+        if self._w <= 0.0:
+            return None
+        t_mean, m_mean = self._t / self._w, self._m / self._w
+        var_t = self._tt / self._w - t_mean * t_mean
+        if var_t <= (self.SPREAD_MIN * t_mean) ** 2:
+            return None
+        per_token = (self._tm / self._w - t_mean * m_mean) / var_t
+        if per_token <= 0.0:
+            return m_mean, 0.0
+        fixed = m_mean - per_token * t_mean
+        if fixed < 0.0:  # through the origin
+            return 0.0, self._tm / self._tt
+        return fixed, per_token
 
     def price(self, tokens: int) -> float | None:
         """Predicted ms of catching ``tokens`` up (None: no resume measured yet)."""
-        per = self.ms_per_token
-        return None if per is None else per * max(0, int(tokens))
+        if self._w <= 0.0:
+            return None
+        t = max(0, int(tokens))
+        if t == 0:
+            return 0.0
+        fit = self.parts()
+        if fit is None:
+            t_mean, m_mean = self._t / self._w, self._m / self._w
+            return m_mean * math.sqrt(t / t_mean)
+        fixed, per_token = fit
+        return fixed + per_token * t
 
 
 class ConfidenceMap:

@@ -62,8 +62,9 @@ Decision rule, in order:
    tie (``tests/unit/test_policies.py``) 0.5 cut the switches from 221 to 71 in 3 x 400
    decisions, 1 to 16.
    While the drafter has tokens to catch up (it sat out K = 0 steps: the batch's
-   ``catch_up_tokens``), every K > 0 also pays that catch-up, priced per token from the
-   resumes measured so far (:class:`~..estimators.CatchUpCost`) and spread over
+   ``catch_up_tokens``), every K > 0 also pays that catch-up, priced (a fixed part and a
+   part per token) from the resumes measured so far (:class:`~..estimators.CatchUpCost`)
+   and spread over
    ``RESUME_HORIZON`` decisions.  Without it the policy resumed at ties: measured on the
    CPU host at batch 16, K = 0 and K = 1 gave the same goodput (0.354 / 0.353 tok/ms), one
    server switched between them 60 times, and each return caught up the prompts and tokens
