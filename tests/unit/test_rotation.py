@@ -131,3 +131,34 @@ def test_calibration_options_are_allowed_when_budget_is_compared():
     settings_mod.validate(s)
     with pytest.raises(settings_mod.SettingsError, match="budget policy only"):
         settings_mod.validate(s.replace(adaptive_compare=("fixed:2", "online")))
+
+
+def test_a_windows_first_step_teaches_its_policy_nothing(tmp_path):
+    """The first step of a window verifies the previous policy's drafts: the deciding
+    policy's controller gets neither their acceptance nor the step's time (alone it would
+    have verified drafts of its own depth there)."""
+    sched, rt, _ = _compare_runtime(tmp_path, ["fixed:1", "fixed:3"])
+    seen = {id(c): [] for c in rt.controllers}
+    for c in rt.controllers:
+        observe = c.observe
+
+        def spy(result, _c=c, _observe=observe):
+            seen[id(_c)].append(result)
+            _observe(result)
+
+        c.observe = spy
+    drafted = dict.fromkeys(sched.requests, 0)
+    for _ in range(16):  # fixed:1, fixed:3 | fixed:3, fixed:1: windows of 4 steps
+        _k, drafted = run_step(rt, sched, drafted, accept=1)
+    ctl_1, ctl_3 = rt.controllers
+    # fixed:3's first window began at step 5: that step verified fixed:1's drafts
+    first = [r for r in seen[id(ctl_3)] if r.step == 5]
+    assert len(first) == 1 and first[0].drafted is None and first[0].wall_ms is None
+    # its other steps verified its own drafts (3 a request) and were timed, step 9 too
+    # (the first of its second window, after its own first)
+    own = [r for r in seen[id(ctl_3)] if r.step in (6, 7, 8, 9)]
+    assert [int(r.drafted.sum()) for r in own] == [6, 6, 6, 6]
+    assert all(r.wall_ms is not None for r in own)
+    # fixed:1's window of round 2 began at step 13, after fixed:3's
+    assert [r.drafted for r in seen[id(ctl_1)] if r.step == 13] == [None]
+    assert int(next(r for r in seen[id(ctl_1)] if r.step == 14).drafted.sum()) == 2

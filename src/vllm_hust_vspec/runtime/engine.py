@@ -481,7 +481,12 @@ class EngineRuntime:
             index = self.rotation.policy_of(clocked.step)
             if index is not None:
                 controller = self._parts[index][0]
-            tokens = batch + (int(verified.accepted.sum()) if some else 0)
+            if self.rotation.foreign(clocked.step):
+                # it verified the previous policy's drafts: what they cost and how well they
+                # were accepted is not this policy's (runtime/rotation.py)
+                timed_ms = catch_up = None
+                some = False
+            tokens = batch + (int(verified.accepted.sum()) if len(verified.req_ids) else 0)
             # a policy's windows pay its resumes: only prefill steps are left out
             self.outputs.records(self.rotation.output(
                 clocked.step, batch, tokens, None if prefill else clocked.cycle_ms))
@@ -492,7 +497,7 @@ class EngineRuntime:
             k_drafted=clocked.k_drafted,
             drafted=verified.drafted if some else None,
             accepted=verified.accepted if some else None,
-            confidences=verified.confidences,
+            confidences=verified.confidences if some else None,
             context_lens=verified.context_lens if some else None, catch_up=catch_up))
         self._flush_records()
 

@@ -9,7 +9,8 @@ takes every position).  Each policy has its own controller, which decides only i
 windows and observes only their steps (as if it served alone, with pauses).
 
 A window's first step verifies the drafts the previous policy made: it is left out of the
-measurement.  Its other steps each verify the drafts of the step before (the same policy)
+measurement, and its controller learns nothing from it (neither the time nor the acceptance
+of another policy's drafts: alone, it would have verified drafts of its own depth there).  Its other steps each verify the drafts of the step before (the same policy)
 and draft for the next, so a window is charged for as many drafts as it verifies.  Steps that
 also ran a prefill are left out too (their cost is the prompt's, the same whatever the
 policy).  When a window is complete its record goes to the decision trace::
@@ -44,6 +45,7 @@ class _Window:
     ms: float = 0.0
     batch_sum: int = 0
     first_step: int | None = None  # the window's first decision (its step number)
+    after: int | None = None  # the policy of the window before (None: the first window)
 
     def record(self, names: Sequence[str]) -> dict[str, Any]:
         return {"window": self.number, "round": self.round, "policy": names[self.index],
@@ -74,7 +76,7 @@ class Rotation:
             position = n % len(self.names)
             rnd = n // len(self.names) + 1
             index = (position + rnd - 1) % len(self.names)
-            w = self._current = _Window(number=n + 1, round=rnd, index=index)
+            w = self._current = _Window(number=n + 1, round=rnd, index=index, after=w.index)
             self._open.append(w)
         w.decisions += 1
         if w.first_step is None:
@@ -86,6 +88,14 @@ class Rotation:
         """The policy that decided ``step`` (None when the rotation never saw it)."""
         w = self._by_step.get(step)
         return None if w is None else w.index
+
+    def foreign(self, step: int) -> bool:
+        """True for the first steps (``SETTLE_STEPS``) of a window that follows another
+        policy's: they verify the drafts that policy made, so neither their time nor their
+        acceptance is the deciding policy's (call before :meth:`output`)."""
+        w = self._by_step.get(step)
+        return (w is not None and w.first_step is not None and w.after is not None
+                and w.after != w.index and step < w.first_step + SETTLE_STEPS)
 
     def output(self, step: int, batch: int, tokens: int, cycle_ms: float | None) -> list[dict[str, Any]]:
         """Step ``step``'s output: ``batch`` decoding requests produced ``tokens`` tokens in
