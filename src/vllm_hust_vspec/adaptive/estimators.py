@@ -740,7 +740,7 @@ class CatchUpCost:
     Why the fixed part: on the CPU host a resume's extra pass cost 3-11 ms whether it caught
     up 2 or 130 tokens (a fresh demo server, ``./run.sh demo``), and priced per token from a
     first resume of 7 tokens (8.1 ms) the catch-up of a new request's 128 tokens came to
-    190 ms; online left K = 2 for K = 0 over it at batch 1, then paid the catch-up anyway
+    193 ms; online left K = 2 for K = 0 over it at batch 1, then paid the catch-up anyway
     two steps later (25.3 ms for the step, 4 ms above its K's price).
     :meth:`price` is None until a resume has been measured."""
 
