@@ -765,11 +765,15 @@ class CatchUpCost:
         self._tm = d * self._tm + t * m
         self.resumes += 1
 
+    def _means(self) -> tuple[float, float]:
+        """The decayed mean tokens and ms of the resumes (some must have been measured)."""
+        return self._t / self._w, self._m / self._w
+
     def parts(self) -> tuple[float, float] | None:
         """``(fixed_ms, ms_per_token)`` once the resumes separate them, else None."""
         if self._w <= 0.0:
             return None
-        t_mean, m_mean = self._t / self._w, self._m / self._w
+        t_mean, m_mean = self._means()
         var_t = self._tt / self._w - t_mean * t_mean
         if var_t <= (self.SPREAD_MIN * t_mean) ** 2:
             return None
@@ -790,7 +794,7 @@ class CatchUpCost:
             return 0.0
         fit = self.parts()
         if fit is None:
-            t_mean, m_mean = self._t / self._w, self._m / self._w
+            t_mean, m_mean = self._means()
             return m_mean * math.sqrt(t / t_mean)
         fixed, per_token = fit
         return fixed + per_token * t

@@ -95,7 +95,8 @@ class EngineRuntime:
     ``num_speculative_tokens_per_batch_size``), ``num_spec_tokens``, ``scheduler_config``
     (``max_num_seqs``, ``async_scheduling``), ``running`` and ``requests``."""
 
-    def __init__(self, scheduler: Any, settings: settings_mod.Settings) -> None:
+    def __init__(self, scheduler: Any, settings: settings_mod.Settings,
+                 pads_to_kmax: bool = False) -> None:
         spec = scheduler.vllm_config.speculative_config
         self.scheduler = scheduler
         self.settings = settings
@@ -152,7 +153,7 @@ class EngineRuntime:
         self.k_step = self.kmax  # the K the latest decision gave the host (the drafters' K)
         # the host hands drafts and placeholders over Kmax wide whatever K the drafters made
         # (vLLM-HUST 0.17, attached without a K lookup): they are cut to k_step here too
-        self.pads_to_kmax = False
+        self.pads_to_kmax = pads_to_kmax
         # where vLLM's pickled or forked engine core starts, the host info is recomputed
         self.host = host_label()
         header = self.controller.trace_header(
@@ -481,12 +482,13 @@ class EngineRuntime:
             index = self.rotation.policy_of(clocked.step)
             if index is not None:
                 controller = self._parts[index][0]
-            if self.rotation.foreign(clocked.step):
+            # the window account counts every token of the step, whoever drafted it
+            tokens = batch + (int(verified.accepted.sum()) if some else 0)
+            if self.rotation.foreign(clocked.step):  # asked before output() forgets the step
                 # it verified the previous policy's drafts: what they cost and how well they
                 # were accepted is not this policy's (runtime/rotation.py)
                 timed_ms = catch_up = None
                 some = False
-            tokens = batch + (int(verified.accepted.sum()) if len(verified.req_ids) else 0)
             # a policy's windows pay its resumes: only prefill steps are left out
             self.outputs.records(self.rotation.output(
                 clocked.step, batch, tokens, None if prefill else clocked.cycle_ms))
@@ -585,10 +587,9 @@ def attach(scheduler: Any, k_lookup: bool = True) -> EngineRuntime | None:
             str(spec.method), spec.num_speculative_tokens, settings,
             int(getattr(scheduler.vllm_config.parallel_config, "data_parallel_size", 1)))
         check_settings(settings, spec.num_speculative_tokens, None)
-    runtime = EngineRuntime(scheduler, settings)
+    runtime = EngineRuntime(scheduler, settings, pads_to_kmax=not k_lookup)
     if not k_lookup:
         refuse_on_017(runtime)
-        runtime.pads_to_kmax = True
     scheduler.__dict__[_ATTR] = runtime
     if k_lookup:
         scheduler.dynamic_sd_lookup = KLookup(runtime)

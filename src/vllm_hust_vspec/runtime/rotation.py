@@ -9,9 +9,11 @@ takes every position).  Each policy has its own controller, which decides only i
 windows and observes only their steps (as if it served alone, with pauses).
 
 A window's first step verifies the drafts the previous policy made: it is left out of the
-measurement, and its controller learns nothing from it (neither the time nor the acceptance
-of another policy's drafts: alone, it would have verified drafts of its own depth there).  Its other steps each verify the drafts of the step before (the same policy)
-and draft for the next, so a window is charged for as many drafts as it verifies.  Steps that
+measurement, and when that policy is another one, its controller learns nothing from it
+(neither the time nor the acceptance of another policy's drafts: alone, it would have
+verified drafts of its own depth there).  Its other steps each verify the drafts of the step
+before (the same policy) and draft for the next, so a window is charged for as many drafts
+as it verifies.  Steps that
 also ran a prefill are left out too (their cost is the prompt's, the same whatever the
 policy).  When a window is complete its record goes to the decision trace::
 
