@@ -26,6 +26,8 @@ from vllm_hust_vspec.patches import (
     lossy_accept,
     lossy_accept_context,
     drafter_k0,
+    dspark_inputs,
+    dspark_sample,
     eagle_k0,
     hust_attach,
     hust_draft_k,
@@ -65,6 +67,8 @@ _MODULES: tuple[ModuleType, ...] = (
     draft_lm_head,
     drafter_k0,
     eagle_k0,
+    dspark_inputs,
+    dspark_sample,
     cpu_expand_kernel,
     sample_no_drafts,
     lossy_accept_context,
@@ -99,10 +103,23 @@ def all_patches() -> tuple[Patch, ...]:
             + tuple(Patch(spec, make) for spec, make in _HUST))
 
 
+def _host_has(module: str | None) -> bool:
+    """Whether the running host has ``module`` (True for None: no condition)."""
+    if module is None:
+        return True
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ImportError:  # a parent package is missing
+        return False
+
+
 def patches_for(roles: tuple[str, ...], family: str, graph_capable: bool,
                 platform: str = "cpu") -> tuple[Patch, ...]:
     """The patches that fit a process playing ``roles`` on a host of ``family`` and
-    ``platform`` (graph-only patches need ``graph_capable``; CPU-only ones ``platform == 'cpu'``)."""
+    ``platform`` (graph-only patches need ``graph_capable``; CPU-only ones ``platform == 'cpu'``;
+    those for one host model, ``HOST_MODULE``, a host that has it)."""
     out = []
     for m in _MODULES:
         spec = m.SPEC
@@ -111,6 +128,8 @@ def patches_for(roles: tuple[str, ...], family: str, graph_capable: bool,
         if getattr(m, "GRAPH_HOSTS_ONLY", False) and not graph_capable:
             continue
         if getattr(m, "CPU_HOSTS_ONLY", False) and platform != "cpu":
+            continue
+        if not _host_has(getattr(m, "HOST_MODULE", None)):
             continue
         out.append(Patch(spec, m.make))
     for spec, make in _HUST:

@@ -14,6 +14,7 @@ from typing import Any
 from vllm_hust_vspec import settings as settings_mod
 from vllm_hust_vspec.capture import capture_sizes, covering_table
 from vllm_hust_vspec.host.detect import host_label, process_label, uses_v2_runner
+from vllm_hust_vspec.runtime import dspark
 from vllm_hust_vspec.runtime.announce import announce, patches_in_effect
 from vllm_hust_vspec.runtime.controller_factory import check_settings
 from vllm_hust_vspec.runtime.specconfig import prepare_speculative_config
@@ -28,6 +29,8 @@ def configure_speculative(config: Any, target_parallel_config: Any) -> Any:
     any model loads."""
     if config is None or os.environ.get(settings_mod.ENABLE_ENV) != "1":
         return config
+    if config.method == "dspark" and dspark.v1_runner():
+        dspark.run_on_v1(config)
     settings = settings_mod.from_env()
     user_table = config.num_speculative_tokens_per_batch_size
     prepare_speculative_config(
