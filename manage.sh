@@ -5,7 +5,8 @@
 #   install [--editable|--wheel W] [--no-deps] [--enable]
 #                              into P's environment: this checkout (editable), a wheel, or by default
 #                              this version from dist/ (--no-index --find-links dist/); then validate
-#   fixtures [BUILDER ARGS]    build (or find cached) the tiny model fixtures; prints their directory last
+#   fixtures [BUILDER ARGS]    build (or find cached) the tiny model fixtures (a full build also the
+#                              DSpark drafter: scripts/build_dspark_fixture.py); prints their directory last
 #                              (--stage base: only the demo's part; --threads N; scripts/build_fixtures.py --help)
 #   test [ARGS]                install what is missing, then run the test suite (pytest ARGS)
 #   upgrade|rollback (--version V [--index-url URL] | --wheel W) [--no-deps] [--enable]
@@ -134,7 +135,13 @@ compile_venv() {
 
 cmd_fixtures() {
     [[ -x "$VENV/bin/python" ]] || cmd_install_dev >&2
-    run "$VENV/bin/python" "$ROOT/scripts/build_fixtures.py" "$@"
+    local dir
+    dir="$(run "$VENV/bin/python" "$ROOT/scripts/build_fixtures.py" "$@" | tail -n 1)"
+    # a full build also gets the DSpark drafter (its own stage and hash: <build>/dspark/)
+    if [[ $DRY_RUN -eq 0 && -n "$dir" ]] && grep -q '"stage": "full"' "$dir/manifest.json" 2>/dev/null; then
+        run "$VENV/bin/python" "$ROOT/scripts/build_dspark_fixture.py" --build "$dir" >&2
+    fi
+    printf '%s\n' "$dir"
 }
 
 cmd_test() {

@@ -2,9 +2,10 @@
 
 The directory holds the drafter's ``config.json`` (``Qwen3DSparkModel``, vLLM's
 ``Qwen3DSparkForCausalLM``), ``model.safetensors``, the tokenizer, and ``manifest.json``
-(``key``: this stage's hash; ``widths``: mean accepted length per block width on held-out
-greedy text, and the mean confidence of accepted and rejected slots; ``calibration``: the
-per-slot temperatures and the ECE of the cumulative survival per slot before and after).
+(``key``: this stage's hash; ``widths``: per block width, the mean accepted length vLLM
+serves on each ``mal-prompts`` set and the same greedy walk in torch over held-out greedy
+text with the mean confidence of accepted and rejected slots; ``calibration``: the per-slot
+temperatures and the ECE of the cumulative survival per slot before and after them).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import json
 import os
 import pathlib
 import shutil
+import subprocess
 import sys
 import time
 
@@ -99,10 +101,10 @@ def build(build_dir: pathlib.Path, key: str, steps: int, seed: int, threads: int
                    "ece_after": DT.cumulative_ece(acc, conf, temps),
                    "blocks": int(acc.shape[0]),
                    "survival": [round(float(v), 4) for v in acc.double().mean(0)]}
-    widths = {str(w): DT.walk_mal(draft, held, w) for w in WIDTHS}
-    timings["measure_s"] = round(time.perf_counter() - t, 1)
-    log(f"dspark: MAL {({w: v['mal'] for w, v in widths.items()})}, ECE before {calibration['ece_before']} "
-        f"after {calibration['ece_after']}")
+    reference = {str(w): DT.walk_mal(draft, held, w) for w in WIDTHS}
+    timings["reference_s"] = round(time.perf_counter() - t, 1)
+    log(f"dspark: held-out MAL {({w: v['mal'] for w, v in reference.items()})}, ECE before "
+        f"{calibration['ece_before']} after {calibration['ece_after']}")
 
     tmp = build_dir / f".{DIR}-{os.getpid()}"
     if tmp.exists():
@@ -115,13 +117,31 @@ def build(build_dir: pathlib.Path, key: str, steps: int, seed: int, threads: int
     for name in T.TOKENIZER_FILES:
         shutil.copy2(build_dir / "tokenizer" / name, tmp / name)
     manifest = {"key": key, "build": build_dir.resolve().name, "steps": steps, "seed": seed,
-                "threads": threads, "steps_per_s": round(sps, 3), "widths": widths,
+                "threads": threads, "steps_per_s": round(sps, 3),
                 "calibration": calibration, "timings": {**timings,
                                                         "total_s": round(time.perf_counter() - t_start, 1)},
                 "shape": {**M.SHAPE, "markov_rank": M.MARKOV_RANK, "target_layer_ids": M.TARGET_LAYER_IDS,
                           "max_width": M.MAX_WIDTH},
                 "versions": {d: importlib.metadata.version(d) for d in ("torch", "transformers")},
                 "python": sys.version.split()[0]}
+    t = time.perf_counter()
+    mal_json = build_dir / f".{DIR}-mal-{os.getpid()}.json"
+    try:
+        subprocess.run([sys.executable, str(HERE / "mal.py"), str(build_dir), str(tmp), str(mal_json),
+                        *map(str, WIDTHS)], check=True, stdout=sys.stderr)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        mal_json.unlink(missing_ok=True)
+        raise
+    served = json.loads(mal_json.read_text())
+    mal_json.unlink()
+    manifest["timings"]["mal_s"] = round(time.perf_counter() - t, 1)
+    manifest["widths"] = {str(w): {"mal_by_prompts": {n: r["mal"] for n, r in served[str(w)].items()},
+                                   "detail": served[str(w)], "held_out": reference[str(w)]} for w in WIDTHS}
+    manifest["mal"] = {"temperature": 0.0, "dtype": "float32", "prompts": "mal-prompts/{code,prose,hard}.jsonl",
+                       "how": "vLLM (V1 runner, the plugin at a fixed K): 1 + accepted / drafts; held_out: "
+                              "the same greedy walk over held-out greedy text, in torch"}
+    manifest["timings"]["total_s"] = round(time.perf_counter() - t_start, 1)
     (tmp / store.MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     final = build_dir / DIR
     if final.exists():

@@ -45,6 +45,17 @@ UNSUPPORTED = {
 }
 
 
+def served_method(spec: Any) -> str:
+    """The method a host ``SpeculativeConfig`` serves: ``dspark`` for a DSpark draft that the
+    front end handed to the V1 runner's DFlash proposer (its config says ``dflash`` there,
+    ``runtime/dspark.py``), else the config's own method."""
+    method = str(spec.method)
+    draft = getattr(spec, "draft_model_config", None)
+    if method == "dflash" and getattr(getattr(draft, "hf_config", None), "hust_dspark", False):
+        return "dspark"
+    return method
+
+
 def varies_k(method: str) -> bool:
     """True when the batch K may change from step to step for ``method``."""
     return method not in FIXED_K_METHODS

@@ -18,6 +18,8 @@ import pathlib
 from collections.abc import Iterator
 from typing import Any
 
+import pytest
+
 from vllm_hust_vspec.adaptive.trace import is_decision
 
 BASE_ENV = {
@@ -85,13 +87,20 @@ def mixed_prompts(fixtures: pathlib.Path, n: int = 8) -> list[str]:
 
 def engine_spec(fixtures: pathlib.Path, method: str, kmax: int) -> tuple[str, dict]:
     """(target model, speculative_config) of ``method`` on the small fixture pair: MTP is
-    its own model, n-gram looks prompts up, the others draft with their fixture head."""
+    its own model, n-gram looks prompts up, the others draft with their fixture head (DSpark:
+    the build's ``dspark/``, served through the plugin on the V1 runner)."""
     target = fixtures / "target"
     if method == "mtp":
         return str(fixtures / "mtp"), {"method": "mtp", "num_speculative_tokens": kmax}
     if method == "ngram":
         return str(target), {"method": "ngram", "num_speculative_tokens": kmax,
                              "prompt_lookup_min": 2, "prompt_lookup_max": 4}
+    if method == "dspark":
+        dspark = fixtures / "dspark"
+        if not (dspark / "manifest.json").is_file():
+            pytest.fail(f"no DSpark drafter at {dspark}: run ./manage.sh fixtures (it builds it on a "
+                        "full build; scripts/build_dspark_fixture.py)")
+        return str(target), {"method": "dspark", "model": str(dspark), "num_speculative_tokens": kmax}
     model = fixtures / {"draft_model": "draft", "eagle": "eagle", "eagle3": "eagle3"}[method]
     return str(target), {"method": method, "model": str(model), "num_speculative_tokens": kmax}
 

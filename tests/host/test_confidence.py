@@ -1,7 +1,8 @@
 """Draft confidences inside a real vLLM (CPU, float32) and the ``budget`` policy driven by them.
 
-One engine per backend (draft_model, EAGLE, EAGLE-3, MTP), batch 8, prompts of mixed lengths,
-greedy.  A spy on the runtime's ``trim_drafts`` (the entry the ``draft-trim`` patch calls with
+One engine per backend (draft_model, EAGLE, EAGLE-3, MTP, DSpark), batch 8, prompts of mixed
+lengths, greedy (DSpark's confidences are its confidence head's, the others' their draft
+probabilities).  A spy on the runtime's ``trim_drafts`` (the entry the ``draft-trim`` patch calls with
 the drafts the workers sent) sees every ``DraftTokenIds`` the engine core receives:
 
 (a) the confidences arrive with the drafts, shaped (requests, drafts), values in (0, 1], and
@@ -43,7 +44,7 @@ from plugin_helpers import (
 pytestmark = [pytest.mark.host, pytest.mark.slow]
 
 KMAX = 4
-METHODS = ["draft_model", "eagle", "eagle3", "mtp"]
+METHODS = ["draft_model", "eagle", "eagle3", "mtp", "dspark"]
 LN8 = math.log(8.0)
 
 

@@ -1,6 +1,6 @@
 """The plugin inside a real vLLM (CPU, float32): K changes every step, output stays exact.
 
-For each backend (draft_model, EAGLE, EAGLE-3, MTP, n-gram) one engine runs the ``sweep``
+For each backend (draft_model, EAGLE, EAGLE-3, MTP, n-gram, DSpark) one engine runs the ``sweep``
 policy (K cycles 0..Kmax, and K_i differs between requests in the same step), at batch 8
 with prompts of mixed lengths and at batch 1; the greedy tokens must equal target-only
 tokens (a divergence is excused only at a proven logit near-tie).  The decision trace
@@ -72,7 +72,7 @@ def _check(fixtures_dir, baseline, prompts, method, got):
     assert_lossless(exp1, got1, ids[3:4], model_dir)
 
 
-@pytest.mark.parametrize("method", ["draft_model", "eagle", "eagle3", "mtp", "ngram"])
+@pytest.mark.parametrize("method", ["draft_model", "eagle", "eagle3", "mtp", "ngram", "dspark"])
 def test_lossless_with_k_changing(fixtures_dir, baseline, prompts, tmp_path, method):
     trace = tmp_path / "decisions.jsonl"
     model, spec = engine_spec(fixtures_dir, method, KMAX)

@@ -363,3 +363,20 @@ def test_calibration_log_survival():
     want = np.cumsum(np.log(table[[[9, 5, 0], [9, 0, 3]]]), axis=1)
     assert cal.log_survival(conf) == pytest.approx(want)
     assert cal.log_survival(conf[:, :1]) == pytest.approx(want[:, :1])
+
+
+def test_a_direct_confidence_map_reads_the_confidences_as_acceptance_probabilities():
+    """A DSpark confidence head is calibrated: ``direct`` maps each confidence to itself,
+    exactly (the binned map would read 0.5 as its bin's 0.55), and learning from outcomes
+    does not move it."""
+    from vllm_hust_vspec.adaptive.estimators import ConfidenceMap
+
+    conf = np.array([[0.5, 0.5, 0.9], [0.97, np.nan, 0.2]])
+    binned, direct = ConfidenceMap(), ConfidenceMap()
+    direct.direct = True
+    assert np.allclose(np.exp(binned.log_survival(conf[:1])), [0.55, 0.55 ** 2, 0.55 ** 2 * 0.95])
+    for _ in range(50):  # every position accepted: the binned map would rise
+        direct.update_arrays(conf[:, :1], np.array([1, 1]), np.array([1, 1]))
+    assert np.allclose(np.exp(direct.log_survival(conf[:1])), [0.5, 0.25, 0.225])
+    assert np.exp(direct.log_map(conf))[1, 1] < 1e-15  # NaN: no confidence, no survival
+    assert direct.samples > 0

@@ -35,3 +35,15 @@ def test_this_hosts_medusa_is_there():
     spec = importlib.util.find_spec("vllm")
     root = pathlib.Path(list(spec.submodule_search_locations)[0])
     assert methods.host_lacks("medusa", root) is None
+
+
+def test_a_dspark_draft_on_the_v1_dflash_proposer_is_served_as_dspark():
+    from types import SimpleNamespace
+
+    def spec(method, **hf):
+        return SimpleNamespace(method=method, draft_model_config=SimpleNamespace(hf_config=SimpleNamespace(**hf)))
+
+    assert methods.served_method(spec("dflash", hust_dspark=True)) == "dspark"
+    assert methods.served_method(spec("dflash")) == "dflash"
+    assert methods.served_method(spec("eagle3", hust_dspark=True)) == "eagle3"
+    assert methods.served_method(SimpleNamespace(method="ngram", draft_model_config=None)) == "ngram"

@@ -840,6 +840,10 @@ class ConfidenceMap:
         self._log_src: np.ndarray | None = None  # the table log_table() was taken from
         self._log = np.zeros(0)
         self._upper: dict[int, np.ndarray] = {}  # width -> upper-triangular ones (log_survival)
+        # the confidences are calibrated conditional acceptance probabilities already (a
+        # DSpark confidence head): the policies read them as they are (the bins still count
+        # what was accepted, for observation)
+        self.direct = False
 
     @property
     def tried(self) -> np.ndarray:
@@ -1011,16 +1015,22 @@ class ConfidenceMap:
             self._log = log_acceptance(table)
         return self._log
 
+    def log_map(self, confidences: np.ndarray) -> np.ndarray:
+        """The calibrated log acceptance of each confidence (out-of-range and NaN confidences
+        go to the end bins); with :attr:`direct` the confidence's own log (NaN as 0)."""
+        if self.direct:
+            return log_acceptance(np.nan_to_num(confidences, nan=0.0))
+        return self.log_table().take((confidences * self.bins).astype(np.intp), mode="clip")
+
     def log_survival(self, confidences: np.ndarray) -> np.ndarray:
         """Log survival of each row of ``confidences`` (batch, width): at position ``j`` the
-        sum of the calibrated log acceptance of positions ``1..j`` (out-of-range and NaN
-        confidences go to the end bins), the cumulative sum as one matmul."""
+        sum of the calibrated log acceptance (:meth:`log_map`) of positions ``1..j``, the
+        cumulative sum as one matmul."""
         width = confidences.shape[1]
         upper = self._upper.get(width)
         if upper is None:
             upper = self._upper[width] = np.triu(np.ones((width, width)))
-        bins = (confidences * self.bins).astype(np.intp)
-        return self.log_table().take(bins, mode="clip") @ upper
+        return self.log_map(confidences) @ upper
 
 
 REFRESH_EVERY = 2  # updates between refreshes of the table the policies read (table_array)

@@ -100,11 +100,13 @@ class EngineRuntime:
         spec = scheduler.vllm_config.speculative_config
         self.scheduler = scheduler
         self.settings = settings
-        self.method = str(spec.method)
+        self.method = methods.served_method(spec)
+        self.head_confidences = self.method == "dspark" and bool(getattr(
+            spec.draft_model_config.hf_config, "enable_confidence_head", False))
         self.kmax = int(scheduler.num_spec_tokens)
         self.max_num_seqs = int(scheduler.scheduler_config.max_num_seqs)
         self.varies_k = methods.varies_k(self.method)
-        if self.varies_k and methods.host_fixes_k(scheduler.vllm_config, self.method):
+        if self.varies_k and methods.host_fixes_k(scheduler.vllm_config, str(spec.method)):
             # vLLM 0.33+ turned dynamic SD off for this method on its V1 runner: the host
             # would not honour a per-step K, so the plugin keeps Kmax and trims per request
             self.varies_k = False
@@ -174,6 +176,8 @@ class EngineRuntime:
         """A controller, its decision gate, and whether it reads draft confidences."""
         controller = build_controller(settings, self.kmax, host_table=host_table, trace=True)
         controller.set_draft_min_steps(self.draft_min_steps)
+        # a DSpark confidence head's confidences are calibrated acceptance probabilities
+        controller.confidence_map.direct = self.head_confidences
         gate = DecisionGate(controller, self.kmax, self.varies_k)
         return controller, gate, _wants_signals(controller) and self._sync and not self.v2
 
@@ -584,7 +588,7 @@ def attach(scheduler: Any, k_lookup: bool = True) -> EngineRuntime | None:
     settings = settings_mod.from_env()
     if not k_lookup:
         check_speculative_config(
-            str(spec.method), spec.num_speculative_tokens, settings,
+            methods.served_method(spec), spec.num_speculative_tokens, settings,
             int(getattr(scheduler.vllm_config.parallel_config, "data_parallel_size", 1)))
         check_settings(settings, spec.num_speculative_tokens, None)
     runtime = EngineRuntime(scheduler, settings, pads_to_kmax=not k_lookup)

@@ -5,7 +5,8 @@ Each running request ``i`` has a survival per draft position ``j``::
     s_i(j) = prod_{m<=j} c_i(m)
 
 where ``c_i(m)`` is the request's draft confidence for position ``m`` mapped through the
-online :class:`~..estimators.ConfidenceMap` when the batch carries confidences, else
+online :class:`~..estimators.ConfidenceMap` when the batch carries confidences (taken as
+it is from a DSpark confidence head, which is calibrated: ``ConfidenceMap.direct``), else
 the estimated conditional acceptance ``a_m`` (then every request has the same curve).
 All ``(request, position)`` slots are admitted globally in order of decreasing survival
 (a request's slots come in position order because its survival never rises). Admitting
@@ -150,15 +151,13 @@ class BudgetPolicy(Policy):
             if have >= depth:
                 return cal.log_survival(conf if have == depth else conf[:, :depth])
             log_c = np.empty((b, depth))
-            log_c[:, :have] = cal.log_table().take((conf * cal.bins).astype(np.intp), mode="clip")
+            log_c[:, :have] = cal.log_map(conf)
             log_c[:, have:] = log_acceptance(np.asarray(ctx.acceptance.estimate()[have:depth], dtype=float))
         else:  # rows from a mapping may be short or missing (NaN): the estimate fills in
             given = _rows_from_mapping(conf, batch.req_ids, depth)
             est = np.asarray(ctx.acceptance.estimate()[:depth], dtype=float)
             known = np.isfinite(given)
-            log_c = np.where(
-                known, cal.log_table().take((np.where(known, given, 0.0) * cal.bins).astype(np.intp), mode="clip"),
-                log_acceptance(est)[None, :])
+            log_c = np.where(known, cal.log_map(np.where(known, given, 0.0)), log_acceptance(est)[None, :])
         return log_c @ self._upper[depth]
 
     def _zero_k_i(self, ids: tuple[str, ...]) -> KiArray:
