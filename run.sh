@@ -69,6 +69,10 @@ if [[ "$preset" == tiny-cpu-* ]]; then
         && grep -q '"stage": "base"' "$fixtures/manifest.json"; then
         die "the model fixtures at $fixtures are the demo's part (no eagle, eagle3, mtp yet): run ./manage.sh fixtures to finish them"
     fi
+    # the DSpark drafter is its own stage on a full build (./manage.sh fixtures builds it)
+    if [[ $dry -eq 0 && "$preset" == tiny-cpu-dspark && ! -f "$fixtures/dspark/manifest.json" ]]; then
+        die "the model fixtures at $fixtures have no DSpark drafter (dspark/): run ./manage.sh fixtures to build it"
+    fi
     export HUST_VSPEC_MODEL_DIR="$fixtures"
 fi
 

@@ -53,9 +53,9 @@ for policy in ("auto", "exact", "power2", "steady"):
 
 
 def test_every_preset_has_a_golden_case():
-    assert len(PRESETS) == 14
-    for name in ("draft", "draft-adaptive", "draft-arc-easy", "eagle", "eagle-arc-easy",
-                 "eagle-relaxed",
+    assert len(PRESETS) == 16
+    for name in ("draft", "draft-adaptive", "draft-arc-easy", "dspark", "eagle", "eagle-arc-easy",
+                 "eagle-relaxed", "tiny-cpu-dspark",
                  "eagle3", "qwen35-eagle3", "qwen35-mtp2", "tiny-cpu-draft", "tiny-cpu-eagle",
                  "tiny-cpu-eagle3", "tiny-cpu-mtp", "tiny-cpu-ngram"):
         assert f"preset-{name}" in CASES

@@ -99,3 +99,12 @@ def test_head_presets_refuse_a_base_build(tmp_path):
         assert proc.returncode == 2, preset
         assert "demo's part" in proc.stderr and "./manage.sh fixtures" in proc.stderr, proc.stderr
         assert proc.stderr.count("error:") == 1
+
+
+def test_the_dspark_preset_refuses_a_build_without_its_drafter(tmp_path):
+    """A full build made by the builder alone has no dspark/ (./manage.sh fixtures adds it):
+    the preset says so before any server starts."""
+    (tmp_path / "manifest.json").write_text(json.dumps({"stage": "full"}, indent=1))
+    proc = run_sh("tiny-cpu-dspark", env=clean_env(VSPEC_FIXTURES=str(tmp_path)))
+    assert proc.returncode == 2
+    assert "no DSpark drafter" in proc.stderr and "./manage.sh fixtures" in proc.stderr, proc.stderr
