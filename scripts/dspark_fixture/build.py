@@ -28,7 +28,7 @@ HERE = pathlib.Path(__file__).resolve().parent
 DIR = "dspark"
 #: Widths whose acceptance the manifest records (the seed's Draft5 and Draft7).
 WIDTHS = (5, 7)
-STEPS = 500
+STEPS = 400
 LR = 2e-3
 
 
@@ -82,8 +82,9 @@ def build(build_dir: pathlib.Path, key: str, steps: int, seed: int, threads: int
 
     timings = {}
     t = time.perf_counter()
-    pool = DT.Pool(target, train_stream, DT.POOL, seed + 10, "greedy text")
-    held = DT.Pool(target, valid_stream, DT.HELD_OUT, seed + 20, "held-out greedy text")
+    pool = DT.Pool(target, build_dir / "target", train_stream, DT.POOL, seed + 10, "greedy text", build_dir)
+    held = DT.Pool(target, build_dir / "target", valid_stream, DT.HELD_OUT, seed + 20, "held-out greedy text",
+                   build_dir)
     timings["greedy_text_s"] = round(time.perf_counter() - t, 1)
 
     t = time.perf_counter()
@@ -101,7 +102,7 @@ def build(build_dir: pathlib.Path, key: str, steps: int, seed: int, threads: int
                    "ece_after": DT.cumulative_ece(acc, conf, temps),
                    "blocks": int(acc.shape[0]),
                    "survival": [round(float(v), 4) for v in acc.double().mean(0)]}
-    reference = {str(w): DT.walk_mal(draft, held, w) for w in WIDTHS}
+    reference = {str(w): DT.walk_mal(draft, held, w, temps) for w in WIDTHS}
     timings["reference_s"] = round(time.perf_counter() - t, 1)
     log(f"dspark: held-out MAL {({w: v['mal'] for w, v in reference.items()})}, ECE before "
         f"{calibration['ece_before']} after {calibration['ece_after']}")

@@ -2,8 +2,8 @@
 measure its acceptance the way greedy speculative decoding would see it.
 
 * Data: corpus windows of ``PREFIX`` tokens continued greedily by the target to ``LENGTH``
-  (the text greedy serving verifies), with the target's residual streams at
-  ``TARGET_LAYER_IDS`` and its final hidden states from one forward pass.
+  (the text greedy serving verifies; generated with vLLM), with the target's residual
+  streams at ``TARGET_LAYER_IDS`` and its final hidden states from one transformers forward.
 * Loss: cross-entropy of every block slot against the next greedy token (slot j weighted
   ``SLOT_DECAY ** j``), blocks of a width drawn per step from 1..``MAX_WIDTH`` at anchors
   inside the generated part; the confidence head (on detached features) against DSpark's
@@ -19,6 +19,10 @@ measure its acceptance the way greedy speculative decoding would see it.
 from __future__ import annotations
 
 import math
+import os
+import pathlib
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -26,6 +30,7 @@ import torch
 import torch.nn.functional as F
 
 from fixtures import train as TR
+from fixtures.train import log_stderr
 from vllm_hust_vspec.progress import Progress
 
 from . import model as M
@@ -54,36 +59,31 @@ def _aux_and_post(target, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.cat([outs[i] for i in M.TARGET_LAYER_IDS], dim=-1), post
 
 
-def _greedy_config():
-    """Greedy, exactly ``LENGTH - PREFIX`` new tokens: no end-of-sequence stop (a served
-    request that ignores EOS, or a long one, keeps going the same way)."""
-    from transformers import GenerationConfig
-
-    return GenerationConfig(max_new_tokens=LENGTH - PREFIX, do_sample=False, eos_token_id=None,
-                            pad_token_id=0, bos_token_id=None)
-
-
 class Pool:
-    """Greedy continuations of corpus windows and the target's features on them."""
+    """Greedy continuations of corpus windows (``PREFIX`` tokens continued to ``LENGTH`` by
+    the target, generated with vLLM: ``greedy.py``) and the target's features on them."""
 
-    def __init__(self, target, stream: np.ndarray, n: int, seed: int, desc: str) -> None:
+    def __init__(self, target, target_dir: pathlib.Path, stream: np.ndarray, n: int, seed: int,
+                 desc: str, work: pathlib.Path) -> None:
         rng = np.random.default_rng(seed)
         starts = rng.integers(0, len(stream) - PREFIX, size=n)
-        prefixes = torch.from_numpy(np.stack([stream[s : s + PREFIX] for s in starts])).long()
-        seqs, aux, post = [], [], []
-        with Progress(n // BATCH, f"dspark: {desc}") as bar:
-            for chunk in prefixes.split(BATCH):
-                with torch.no_grad():
-                    out = target.generate(input_ids=chunk, attention_mask=torch.ones_like(chunk),
-                                          generation_config=_greedy_config())
-                a, p = _aux_and_post(target, out)
-                seqs.append(out)
+        tag = f"{seed}-{os.getpid()}"
+        src, out = work / f".dspark-prefixes-{tag}.npy", work / f".dspark-greedy-{tag}.npy"
+        np.save(src, np.stack([stream[s : s + PREFIX] for s in starts]).astype(np.int64))
+        log_stderr(f"dspark: {desc}: {n} greedy continuations of {LENGTH - PREFIX} tokens (vLLM)")
+        subprocess.run([sys.executable, str(pathlib.Path(__file__).with_name("greedy.py")), str(target_dir),
+                        str(src), str(out), str(LENGTH - PREFIX)], check=True, stdout=sys.stderr)
+        x = torch.from_numpy(np.load(out))
+        src.unlink()
+        out.unlink()
+        aux, post = [], []
+        with Progress(-(-n // BATCH), f"dspark: {desc} features") as bar:
+            for chunk in x.split(BATCH):
+                a, p = _aux_and_post(target, chunk)
                 aux.append(a)
                 post.append(p)
                 bar.update()
-        self.x = torch.cat(seqs)
-        self.aux = torch.cat(aux)
-        self.post = torch.cat(post)
+        self.x, self.aux, self.post = x, torch.cat(aux), torch.cat(post)
         self.rng = np.random.default_rng(seed + 1)
 
     def __len__(self) -> int:
@@ -204,9 +204,11 @@ def cumulative_ece(acc: torch.Tensor, conf: torch.Tensor, temps: list[float]) ->
 
 
 @torch.no_grad()
-def walk_mal(draft: M.DSparkDraft, pool: Pool, width: int) -> dict[str, float]:
+def walk_mal(draft: M.DSparkDraft, pool: Pool, width: int, temps: list[float]) -> dict[str, float]:
     """Greedy speculative decoding over each held-out continuation from its first generated
-    token: anchor at a, accept the matching prefix m of the block, next anchor a + m + 1."""
+    token: anchor at a, accept the matching prefix m of the block, next anchor a + m + 1;
+    the confidences calibrated with the per-slot temperatures ``temps``."""
+    t = torch.tensor(temps[:width])
     steps = accepted = 0
     conf_acc: list[float] = []
     conf_rej: list[float] = []
@@ -219,7 +221,7 @@ def walk_mal(draft: M.DSparkDraft, pool: Pool, width: int) -> dict[str, float]:
             toks, z = draft.draft(hid[0, a - lo : a - lo + 1], x[0, a : a + 1])
             ok = (toks[0] == labels[0, a - lo]).long().cumprod(-1)
             m = int(ok.sum())
-            c = torch.sigmoid(z[0]).tolist()
+            c = torch.sigmoid(z[0] / t).tolist()
             conf_acc += c[:m]
             conf_rej += c[m : m + 1]
             steps += 1
