@@ -26,21 +26,27 @@ PLUGIN_ENV = {"HUST_VSPEC_ENABLED": "1", "HUST_VSPEC_ADAPTIVE_SPECULATION": "0",
               "HUST_VSPEC_ADAPTIVE_COST_PROBE": "0"}
 
 
+def _measure(build: pathlib.Path, dspark: pathlib.Path, width: int, sets: dict) -> dict:
+    """The counters of every prompt set from one engine drafting ``width`` tokens."""
+    spec = {"method": "dspark", "model": str(dspark), "num_speculative_tokens": width}
+    llm = FM.make_llm(str(build / "target"), spec)
+    try:
+        out = {name: FM.measure(llm, rows) for name, rows in sets.items()}
+    finally:
+        llm.llm_engine.engine_core.shutdown()
+        del llm
+        gc.collect()
+    mal = {name: r["mal"] for name, r in out.items()}
+    print(f"[dspark] MAL width {width}: {mal}", file=sys.stderr, flush=True)
+    return out
+
+
 def main(argv: list[str]) -> int:
     build, dspark, out_json = pathlib.Path(argv[0]), pathlib.Path(argv[1]), pathlib.Path(argv[2])
     widths = [int(w) for w in argv[3:]]
     os.environ.update(PLUGIN_ENV)
     sets = {name: FM._rows(build / FM.MAL_PROMPTS / f"{name}.jsonl") for name in FM.PROMPT_SETS}
-    results = {}
-    for width in widths:
-        llm = FM.make_llm(str(build / "target"), {"method": "dspark", "model": str(dspark),
-                                                  "num_speculative_tokens": width})
-        results[str(width)] = {name: FM.measure(llm, rows) for name, rows in sets.items()}
-        print(f"[dspark] MAL width {width}: " + " ".join(
-            f"{n} {r['mal']:.3f}" for n, r in results[str(width)].items() if r["mal"] is not None),
-            file=sys.stderr, flush=True)
-        del llm
-        gc.collect()
+    results = {str(w): _measure(build, dspark, w, sets) for w in widths}
     out_json.write_text(json.dumps(results, indent=1, sort_keys=True))
     return 0
 

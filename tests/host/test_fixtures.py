@@ -174,3 +174,43 @@ def test_large_targets_compute_target_logits(fixtures_dir: pathlib.Path) -> None
             assert any("mtp_layers.0." in k for k in state), name
             body.load_state_dict({k: v for k, v in state.items() if "mtp_layers" not in k}, strict=True)
             torch.testing.assert_close(body(input_ids=ids).logits, ref, atol=1e-5, rtol=0)
+
+
+def test_dspark_stage(fixtures_dir: pathlib.Path) -> None:
+    """The DSpark drafter (``dspark/``, scripts/build_dspark_fixture.py): built from these
+    sources on this build (its key), a Qwen3 DSpark checkpoint in DeepSpec's layout with a
+    calibration temperature per slot, and what its manifest records: vLLM's MAL at widths 5
+    and 7 on every prompt set (above 1, ``hard`` below ``code``, wider no worse on ``code``),
+    the held-out walk's confidences separating accepted from rejected slots, and the
+    temperature scaling lowering the ECE of the cumulative survival."""
+    import subprocess
+
+    d = fixtures_dir / "dspark"
+    m = json.loads((d / "manifest.json").read_text())
+    key = subprocess.run(
+        [sys.executable, "-c", "import sys, pathlib; sys.path.insert(0, sys.argv[1]); "
+         "from dspark_fixture import build as B; "
+         "print(B.stage_key(pathlib.Path(sys.argv[2]), *map(int, sys.argv[3:])))",
+         str(REPO / "scripts"), str(fixtures_dir), str(m["steps"]), str(m["seed"]), str(m["threads"])],
+        capture_output=True, text=True, check=True).stdout.strip()
+    assert m["key"] == key, "dspark/ was built from other sources: run ./manage.sh fixtures"
+    cfg = json.loads((d / "config.json").read_text())
+    assert cfg["architectures"] == ["Qwen3DSparkModel"] and cfg["sample_from_anchor"] is True
+    assert cfg["enable_confidence_head"] is True and cfg["block_size"] == 7
+    assert len(cfg["hust_confidence_temperatures"]) == 7
+    assert all(t > 0 for t in cfg["hust_confidence_temperatures"])
+    for name in ("model.safetensors", "tokenizer.json", "chat_template.jinja"):
+        assert (d / name).is_file(), name
+    mal = {w: m["widths"][w]["mal_by_prompts"] for w in ("5", "7")}
+    print(f"dspark MAL {mal}; held-out {({w: m['widths'][w]['held_out'] for w in mal})}; "
+          f"calibration {m['calibration']}")
+    for w, by_set in mal.items():
+        assert set(by_set) == {"code", "prose", "hard"}
+        assert all(v > 1.0 for v in by_set.values()), (w, by_set)
+        assert by_set["hard"] < by_set["code"], (w, by_set)
+        held = m["widths"][w]["held_out"]
+        assert held["confidence_accepted"] > held["confidence_rejected"] + 0.1, held
+    assert mal["7"]["code"] >= mal["5"]["code"] * 0.98
+    cal = m["calibration"]
+    assert len(cal["temperatures"]) == len(cal["ece_before"]) == len(cal["ece_after"]) == 7
+    assert sum(cal["ece_after"]) <= sum(cal["ece_before"]) + 1e-9
