@@ -181,8 +181,8 @@ def test_dspark_stage(fixtures_dir: pathlib.Path) -> None:
     sources on this build (its key), a Qwen3 DSpark checkpoint in DeepSpec's layout with a
     calibration temperature per slot, and what its manifest records: vLLM's MAL at widths 5
     and 7 on every prompt set (above 1, ``hard`` below ``code``, wider no worse on ``code``),
-    the held-out walk's confidences separating accepted from rejected slots, and the
-    temperature scaling lowering the ECE of the cumulative survival."""
+    the held-out walk's confidences separating accepted from rejected slots, and a calibrated
+    cumulative survival (ECE)."""
     import subprocess
 
     d = fixtures_dir / "dspark"
@@ -213,4 +213,8 @@ def test_dspark_stage(fixtures_dir: pathlib.Path) -> None:
     assert mal["7"]["code"] >= mal["5"]["code"] * 0.98
     cal = m["calibration"]
     assert len(cal["temperatures"]) == len(cal["ece_before"]) == len(cal["ece_after"]) == 7
-    assert sum(cal["ece_after"]) <= sum(cal["ece_before"]) + 1e-9
+    # calibrated: the predicted survival through every slot within 0.15 of the observed
+    # (a head trained on temperature-1 sampling's acceptance was 0.40-0.65 off), and the
+    # temperature scaling does not make it worse by more than noise
+    assert max(cal["ece_after"]) < 0.15, cal
+    assert sum(cal["ece_after"]) <= sum(cal["ece_before"]) + 0.02, cal
