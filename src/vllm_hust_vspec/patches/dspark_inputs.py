@@ -21,6 +21,9 @@ from typing import Any
 from vllm_hust_vspec.patchspec import PROCESS_WORKER, PatchSpec, Symbol
 
 _DFLASH = "vllm.v1.spec_decode.dflash"
+# Applied only where the host has vLLM's Qwen3 DSpark model (a host without it cannot be
+# asked for a DSpark draft: its own config refuses the architecture).
+HOST_MODULE = "vllm.model_executor.models.qwen3_dspark"
 
 SPEC = PatchSpec(
     name="dspark-inputs",
@@ -31,7 +34,7 @@ SPEC = PatchSpec(
     requires=(
         Symbol(_DFLASH, "DFlashProposer.num_speculative_tokens"),
         Symbol(_DFLASH, "DFlashProposer.arange"),
-        Symbol("vllm.model_executor.models.qwen3_dspark", "Qwen3DSparkForCausalLM.markov_bias"),
+        Symbol(HOST_MODULE, "Qwen3DSparkForCausalLM.markov_bias"),
     ),
     process=PROCESS_WORKER,
     methods=("dspark",),
@@ -40,10 +43,6 @@ SPEC = PatchSpec(
     why="DSpark drafts on the V1 runner: the anchor-as-first block through the host's DFlash layout",
     remove_when="vLLM's V1 runner drafts DSpark",
 )
-
-# Applied only where the host has vLLM's Qwen3 DSpark model (a host without it cannot be
-# asked for a DSpark draft: its own config refuses the architecture).
-HOST_MODULE = "vllm.model_executor.models.qwen3_dspark"
 
 
 def make(original: Any) -> Any:

@@ -22,7 +22,9 @@ from typing import Any
 from vllm_hust_vspec.patchspec import PROCESS_WORKER, PatchSpec, Symbol
 
 _DFLASH = "vllm.v1.spec_decode.dflash"
-_DSPARK = "vllm.model_executor.models.qwen3_dspark"
+# Applied only where the host has vLLM's Qwen3 DSpark model (a host without it cannot be
+# asked for a DSpark draft: its own config refuses the architecture).
+HOST_MODULE = _DSPARK = "vllm.model_executor.models.qwen3_dspark"
 
 SPEC = PatchSpec(
     name="dspark-sample",
@@ -42,10 +44,6 @@ SPEC = PatchSpec(
     why="DSpark drafts on the V1 runner: sequential Markov sampling and the confidence head",
     remove_when="vLLM's V1 runner drafts DSpark",
 )
-
-# Applied only where the host has vLLM's Qwen3 DSpark model (a host without it cannot be
-# asked for a DSpark draft: its own config refuses the architecture).
-HOST_MODULE = "vllm.model_executor.models.qwen3_dspark"
 
 
 def make(original: Any) -> Any:

@@ -54,8 +54,7 @@ def v1_runner(envs: Any = None, has_triton: bool | None = None, out_of_tree: boo
     return not has_triton
 
 
-def _layer_ids(hf: Any) -> list[int] | None:
-    dflash = getattr(hf, "dflash_config", None) or {}
+def _layer_ids(hf: Any, dflash: dict) -> list[int] | None:
     for ids in (dflash.get("target_layer_ids"), getattr(hf, "dspark_target_layer_ids", None),
                 getattr(hf, "target_layer_ids", None)):
         if ids:
@@ -91,15 +90,16 @@ def run_on_v1(config: Any) -> None:
                             "drafts are greedy (the target side may sample: point-mass proposals)")
     if not getattr(hf, "markov_rank", None):
         raise SettingsError(f"{where}: config.json has no markov_rank: not a DSpark draft")
-    ids = _layer_ids(hf)
+    dflash = getattr(hf, "dflash_config", None) or {}
+    ids = _layer_ids(hf, dflash)
     if not ids:
         raise SettingsError(f"{where}: config.json names no target layers (dflash_config."
                             "target_layer_ids, dspark_target_layer_ids or target_layer_ids)")
-    mask = (getattr(hf, "dflash_config", None) or {}).get("mask_token_id", getattr(hf, "mask_token_id", None))
+    mask = dflash.get("mask_token_id", getattr(hf, "mask_token_id", None))
     if mask is None:
         raise SettingsError(f"{where}: config.json has no mask_token_id")
-    hf.dflash_config = {**(getattr(hf, "dflash_config", None) or {}), "target_layer_ids": ids,
-                        "mask_token_id": int(mask), "use_aux_hidden_state": True}
+    hf.dflash_config = {**dflash, "target_layer_ids": ids, "mask_token_id": int(mask),
+                        "use_aux_hidden_state": True}
     hf.hust_dspark = True
     config.method = "dflash"
 
@@ -131,8 +131,7 @@ def temperatures(model: Any, k: int) -> list[float]:
     return [float(hf[j]) if j < len(hf) else 1.0 for j in range(k)]
 
 
-def sample_block(drafter: Any, hidden_states: Any, records: list | None,
-                 from_logits: Any = None) -> Any:
+def sample_block(drafter: Any, hidden_states: Any, records: list | None, from_logits: Any) -> Any:
     """Greedy left-to-right drafting of each request's block: slot j's token is the argmax
     of the backbone's logits plus the Markov bias of the token chosen at slot j-1 (the
     anchor for slot 0).  Returns the draft ids flat ``(num_reqs * K,)`` in target
