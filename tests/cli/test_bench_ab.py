@@ -147,6 +147,77 @@ def test_dry_run_paired_takes_the_policies_in_turns_in_one_server(fake):
     assert got["paired"]["env"]["HUST_VSPEC_ADAPTIVE_COMPARE"] == "fixed:0,fixed:2,budget"
 
 
+def _cost_table(tmp_path: pathlib.Path, width: int) -> pathlib.Path:
+    from vllm_hust_vspec.adaptive.costmodel import CostTable
+
+    samples = [(b, g, 0.001 * (1 + b / 8 + g / 16)) for b in (1, 2)
+               for g in (b, 2 * b, (width + 1) * b) for _ in range(2)]
+    path = tmp_path / f"costs-w{width}.json"
+    CostTable.fit("additive", samples, draft_width=width, model_id="t+d", dtype="float32",
+                  quantization=None, parallel={}, execution={},
+                  host_version="0.32.0").save(path)
+    return path
+
+
+def test_budget_servers_alone_get_the_cost_table(fake, tmp_path):
+    """--budget-cost-table goes to the servers that run budget (alone or in turns), never to
+    online (which refuses it); a table of another width is refused before any server."""
+    table = _cost_table(tmp_path, 4)
+    got = dry_run(fake, "--configs", "online,budget,paired", "--paired-policies",
+                  "fixed:2,budget", "--budget-cost-table", str(table), "--workloads", "code",
+                  "--concurrency", "2", "--", "--config", PRESET)
+    key = "HUST_VSPEC_ADAPTIVE_DSPARK_COST_TABLE"
+    assert got["budget"]["env"][key] == str(table)
+    assert got["paired"]["env"][key] == str(table)
+    assert key not in got["online"]["env"]
+    # without it a dry run shows the budget server calibrating (the output path is made later)
+    got = dry_run(fake, "--configs", "budget", "--workloads", "code", "--concurrency", "2",
+                  "--", "--config", PRESET)
+    assert not [k for k in got["budget"]["env"] if k.startswith(key)]
+    for args, launcher, expect in (
+            (["--budget-cost-table", str(_cost_table(tmp_path, 5))], [],
+             "field 'draft_width': table has 5 but the running width is 4"),
+            (["--configs", "online", "--budget-cost-table", str(table)], [],
+             "--budget-cost-table is given but no configuration runs the budget policy"),
+            ([], ["--adaptive-dspark-cost-table-output", str(tmp_path / "t.json")],
+             "pass a saved table as --budget-cost-table")):
+        proc = bench("--prompts-dir", str(fake["prompts"]), "--output-dir", str(fake["out"]),
+                     "--workloads", "code", "--concurrency", "2",
+                     *(["--configs", "none,budget"] if "--configs" not in args else []), *args,
+                     "--", "--config", PRESET, *launcher, env=fake_env(fake))
+        assert proc.returncode == 2 and expect in proc.stderr, proc.stderr
+        assert proc.stderr.count("error:") == 1 and not fake["out"].exists()
+
+
+def test_an_earlier_runs_calibration_is_not_overwritten(fake):
+    """A budget calibration left in --output-dir by an earlier run: refused before any server
+    (the saved table would be reused unseen, or overwritten)."""
+    fake["out"].mkdir()
+    (fake["out"] / "budget.cost-table.json").write_text("{}")
+    proc = bench("--prompts-dir", str(fake["prompts"]), "--output-dir", str(fake["out"]),
+                 "--workloads", "code", "--concurrency", "1", "--configs", "budget",
+                 "--", "--config", PRESET, env=fake_env(fake))
+    assert proc.returncode == 1 and proc.stderr.count("error:") == 1, proc.stderr
+    assert "budget.cost-table.json exists" in proc.stderr and "--budget-cost-table" in proc.stderr
+    assert "server pid" not in proc.stdout
+
+
+def test_dspark_without_the_plugin_is_refused_on_the_v1_runner(fake):
+    """vLLM drafts DSpark only in its V2 GPU runner: on the CPU host the plugin-off fixed K
+    and native_table cannot start, and the bench says so before any server; plugin:K can."""
+    (fake["models"] / "dspark").mkdir()
+    (fake["models"] / "dspark" / "config.json").write_text("{}")
+    dspark = str(REPO / "configs" / "tiny-cpu-dspark.toml")
+    proc = bench("--prompts-dir", str(fake["prompts"]), "--workloads", "code", "--configs",
+                 "none,fixed:5", "--", "--config", dspark, env=fake_env(fake))
+    assert proc.returncode == 2 and proc.stderr.count("error:") == 1, proc.stderr
+    assert "configuration fixed-k5: method dspark" in proc.stderr and "plugin:K" in proc.stderr
+    got = dry_run(fake, "--configs", "none,plugin:5,budget", "--workloads", "code",
+                  "--concurrency", "2", "--", "--config", dspark)
+    assert spec_of(got["plugin-k5"]["cmd"])["method"] == "dspark"
+    assert got["plugin-k5"]["env"]["HUST_VSPEC_ADAPTIVE_FIXED_GAMMA"] == "5"
+
+
 @pytest.mark.parametrize("args, message", [
     (["--paired-policies", "fixed:9,online"], "--paired-policies fixed:9: K=9 exceeds Kmax=4"),
     (["--paired-policies", "online"], "--paired-policies: give two or more"),

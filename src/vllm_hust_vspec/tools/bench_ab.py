@@ -55,6 +55,9 @@ DEFAULT_CONFIGS = "none,fixed,native_table,online,budget"
 DEFAULT_WORKLOADS = ",".join(w for w in wl.WORKLOADS if w != "dataset")
 DEFAULT_CONCURRENCY = "1,4,16"
 PREVIEW_PORT = 8000  # the port shown in dry runs (real runs pick a free one per server)
+COST_TABLE_NAME = "budget.cost-table.json"  # the first budget server's calibration
+# a server that calibrates the budget's cost table before READY (8-10 min on a 2-core CPU)
+CALIBRATION_START_TIMEOUT = 3600.0
 
 
 class AbError(VspecError):
@@ -73,6 +76,11 @@ def add_ab_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--paired-window", type=_positive_int, default=16, metavar="STEPS",
                    help="Decisions per window of the paired configuration (default "
                         "%(default)s; >= 4).")
+    p.add_argument("--budget-cost-table", default=None, metavar="COSTS.json",
+                   help="A saved start-up cost table (--adaptive-dspark-cost-table-output of an "
+                        "earlier server) for every server that runs the budget policy. Without "
+                        "it the first such server calibrates and saves its table as "
+                        "<output-dir>/budget.cost-table.json and the later ones load it.")
     p.add_argument("--fixed-ks", default=None, metavar="K,K",
                    help="K values of the 'fixed' configurations (default: 1..Kmax, Kmax = the "
                         "launcher's --gamma).")
@@ -116,7 +124,9 @@ def add_ab_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--output-dir", default=None,
                    help="Where results go (default ./vspec-ab-<UTC time>).")
     p.add_argument("--start-timeout", type=float, default=600.0,
-                   help="Seconds a server may take to become ready (default %(default)s).")
+                   help="Seconds a server may take to become ready (default %(default)s; a "
+                        f"budget server that calibrates its cost table: at least "
+                        f"{CALIBRATION_START_TIMEOUT:.0f}).")
     p.add_argument("--seed", type=int, default=0, help="Workload seed (default %(default)s).")
     p.add_argument("--dry-run", action="store_true",
                    help="Validate everything, print each configuration's server command and "
@@ -208,6 +218,13 @@ class _Plan:
         self.configs = [dataclasses.replace(c, compare=cfgs.paired_policies(
                             a.paired_policies, fixed_ks, kmax)) if c.policy == "paired" else c
                         for c in cfgs.parse_configs(a.configs, fixed_ks, kmax)]
+        self._check_host_runs(self.configs)
+        self.cost_table = (pathlib.Path(a.budget_cost_table).resolve()
+                           if a.budget_cost_table else None)
+        self.cost_table_source = "--budget-cost-table" if self.cost_table else None
+        if self.cost_table is not None and not any(c.uses_budget for c in self.configs):
+            raise AbError("--budget-cost-table is given but no configuration runs the budget "
+                          "policy")
         if a.paired_window < 4:
             raise AbError(f"--paired-window: {a.paired_window} must be >= 4")
         self.paired_window = int(a.paired_window)
@@ -238,12 +255,49 @@ class _Plan:
         self.start_timeout = float(a.start_timeout)
         self.warmup = int(a.warmup_requests)
         # every configuration's command, built once now so that bad input fails before any start
-        self.preview = {c.name: self.command(c, PREVIEW_PORT, f"{c.name}-r1") for c in self.configs}
+        self.preview = {c.name: self.command(c, PREVIEW_PORT, f"{c.name}-r1", preview=True)
+                        for c in self.configs}
 
-    def command(self, config: cfgs.BenchConfig, port: int, tag: str) -> ServerCommand:
+    def _check_host_runs(self, configs: Sequence[cfgs.BenchConfig]) -> None:
+        """vLLM drafts DSpark only in its V2 GPU runner: on a V1 host (the CPU) only the
+        plugin serves it, so the plugin-off speculative configurations cannot start."""
+        if self.base.method != "dspark":
+            return
+        off = [c.name for c in configs if not c.plugin and c.policy != "none"]
+        if not off:
+            return
+        from vllm_hust_vspec.runtime.dspark import v1_runner
+
+        if v1_runner():
+            raise AbError(f"configuration {off[0]}: method dspark runs on this host's V1 model "
+                          "runner only through the plugin (vLLM drafts DSpark in its V2 GPU "
+                          "runner alone); compare plugin:K (the plugin at a fixed K) instead "
+                          "of fixed:K or native_table")
+
+    def budget_flags(self, preview: bool = False) -> list[str]:
+        """The cost-table flags of a server that runs the budget policy: load the table once
+        there is one; else the server calibrates and saves it (not in a preview: the output
+        directory does not exist yet)."""
+        if self.cost_table is not None:
+            return ["--adaptive-dspark-cost-table", str(self.cost_table)]
+        if preview:
+            return []
+        return ["--adaptive-dspark-cost-table-output", str(self.out / COST_TABLE_NAME)]
+
+    def command(self, config: cfgs.BenchConfig, port: int, tag: str,
+                preview: bool = False) -> ServerCommand:
         trace = self.out / "traces" / f"{tag}.jsonl" if config.plugin else None
         return server_command(self.base, config, port, trace, self.environ, self.native_table,
-                              self.paired_window)
+                              self.paired_window, self.budget_flags(preview))
+
+    def calibrated(self, config: cfgs.BenchConfig, tag: str) -> bool:
+        """After ``config``'s server became ready: True when it has just saved the table
+        that the later budget servers load."""
+        saved = self.out / COST_TABLE_NAME
+        if self.cost_table is not None or not config.uses_budget or not saved.is_file():
+            return False
+        self.cost_table, self.cost_table_source = saved, tag
+        return True
 
 
 def _phases(text: str) -> tuple[int, ...]:
@@ -312,6 +366,10 @@ def _execute(plan: _Plan, a: argparse.Namespace) -> int:
     from .bench_driver import DriveError
 
     out = plan.out
+    stale = out / COST_TABLE_NAME
+    if plan.cost_table is None and stale.exists() and any(c.uses_budget for c in plan.configs):
+        raise AbError(f"{stale} exists (an earlier run's budget calibration): pass it as "
+                      "--budget-cost-table, or choose another --output-dir")
     (out / "logs").mkdir(parents=True, exist_ok=True)
     results_path = out / "results.json"
     command = shlex.join([PROG, *sys.argv[1:]])
@@ -347,6 +405,9 @@ def _execute(plan: _Plan, a: argparse.Namespace) -> int:
                           f"{len(plan.cells)} cells in {bench_s:.0f} s (start {start_s:.0f} s) "
                           f"tok/s {' '.join(parts)} | elapsed {format_seconds(elapsed)}, ETA {format_seconds(eta)}",
                           file=sys.stdout)
+                if plan.cost_table is not None:
+                    machine["budget_cost_table"] = {"path": str(plan.cost_table),
+                                                    "from": plan.cost_table_source}
                 results.write_results(results_path, command, machine, runs, windows)
     except ServerError as exc:
         raise AbError(str(exc)) from None
@@ -379,8 +440,17 @@ def _run_config(plan: _Plan, config: cfgs.BenchConfig, rnd: int, warm: wl.Cell |
         pid = server.launch()
         bar.write(f"  [{tag}] server pid {pid} port {port} starting, load average "
                   f"{load} (log {server.log_path})", file=sys.stdout)
-        server.wait_ready(plan.start_timeout)
+        calibrating = config.uses_budget and plan.cost_table is None
+        if calibrating:
+            bar.write(f"  [{tag}] calibrating the budget's cost table before it is ready "
+                      "(minutes; once per run)", file=sys.stdout)
+        server.wait_ready(max(plan.start_timeout, CALIBRATION_START_TIMEOUT) if calibrating
+                          else plan.start_timeout)
         ready = time.monotonic()
+        if plan.calibrated(config, tag):
+            bar.write(f"  [{tag}] calibrated the budget's cost table in {ready - started:.0f} s "
+                      f"(start included): {plan.cost_table}; later budget servers load it",
+                      file=sys.stdout)
         with open(out / "logs" / f"{tag}.bench.log", "w", encoding="utf-8") as log:
             assert server.model_name is not None
             with contextlib.redirect_stdout(log):  # vLLM's import chatter

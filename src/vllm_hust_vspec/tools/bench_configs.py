@@ -52,6 +52,11 @@ class BenchConfig:
     def plugin(self) -> bool:
         return self.policy in PLUGIN_POLICIES
 
+    @property
+    def uses_budget(self) -> bool:
+        """The budget policy runs in this server (alone, or taking turns in ``paired``)."""
+        return self.policy == "budget" or "budget" in self.compare
+
 
 def parse_int_list(text: str, flag: str, minimum: int = 1) -> tuple[int, ...]:
     out: list[int] = []

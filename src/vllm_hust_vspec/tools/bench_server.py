@@ -43,6 +43,9 @@ SPEC_FLAG = "--speculative-config"
 BENCH_OWNED = ("--port", "--host", "--dry-run", "--json", "--adaptive-speculation",
                "--no-adaptive-speculation", "--adaptive-policy", "--adaptive-trace-file",
                "--adaptive-trace", "--target-platform")
+# The budget policy's cost table: the bench gives it to the budget servers only (an online
+# server refuses it), from --budget-cost-table or the first budget server's calibration.
+BENCH_COST_TABLE = ("--adaptive-dspark-cost-table", "--adaptive-dspark-cost-table-output")
 # vLLM flags that would switch off what the bench measures.
 FORBIDDEN_NATIVE = ("--disable-log-stats",)
 
@@ -93,6 +96,11 @@ def _flag_name(arg: str) -> str:
 def check_launcher_args(args: Sequence[str]) -> None:
     ours, _, native = _split(args)
     for a in ours:
+        if _flag_name(a) in BENCH_COST_TABLE:
+            raise LaunchError(f"launcher argument {a!r}: the A/B benchmark gives the budget "
+                              "servers their cost table itself (the first one calibrates and "
+                              "saves it, the others load it); pass a saved table as "
+                              "--budget-cost-table before --")
         if _flag_name(a) in BENCH_OWNED:
             raise LaunchError(f"launcher argument {a!r}: the A/B benchmark sets it itself "
                               "(per configuration); remove it")
@@ -158,8 +166,9 @@ def _spec_index(argv: Sequence[str]) -> int:
 def server_command(base: BaseLaunch, config: BenchConfig, port: int,
                    trace_file: pathlib.Path | None, environ: Mapping[str, str],
                    native_table: NativeTable | None = None,
-                   compare_window: int = 16) -> ServerCommand:
-    """The exact command and environment of one configuration's server."""
+                   compare_window: int = 16, budget_flags: Sequence[str] = ()) -> ServerCommand:
+    """The exact command and environment of one configuration's server; ``budget_flags``
+    (its cost table) go to a plugin server whose policies include budget."""
     net = ["--host", "127.0.0.1", "--port", str(port)]
     if config.plugin:
         if trace_file is None:
@@ -171,6 +180,8 @@ def server_command(base: BaseLaunch, config: BenchConfig, port: int,
                      "--adaptive-compare-window", str(compare_window)]
         else:
             flags = ["--adaptive-policy", config.policy]
+        if config.uses_budget:
+            flags += list(budget_flags)
         argv, env = plugin_command(base, port, trace_file, environ, flags)
         return ServerCommand(config, argv, env, trace_file)
     _res, plan = prepare(_with_flags(base.launcher_args, net), environ)
