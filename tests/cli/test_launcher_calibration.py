@@ -121,6 +121,23 @@ def test_bad_cost_table(tmp_path):
           expect=("none.json: field '<file>': cannot read",))
 
 
+def test_a_draft5_table_is_refused_for_a_draft7_dspark_launch(tmp_path):
+    """The seed's compatibility rule: a cost table calibrated on DSpark's block 5 cannot
+    price block 7 (the ``dspark`` preset, --gamma 7), and the reverse; each width takes its own."""
+    dspark = ("--config", "configs/dspark.toml", "--target-model", "/m/t", "--draft-model", "/m/d",
+              "--target-platform", "cpu")
+    draft5, draft7 = table(tmp_path, 5, "draft5.json"), table(tmp_path, 7, "draft7.json")
+    fails(*dspark, "--adaptive-dspark-cost-table", draft5, "--dry-run",
+          expect=(f"cost table {draft5}: field 'draft_width': table has 5",
+                  "running width is 7"))
+    fails(*dspark, "--gamma", "5", "--adaptive-dspark-cost-table", draft7, "--dry-run",
+          expect=(f"cost table {draft7}: field 'draft_width': table has 7",
+                  "running width is 5"))
+    for width, path in ((7, draft7), (5, draft5)):
+        plan = dry_json(*dspark, "--gamma", str(width), "--adaptive-dspark-cost-table", path)
+        assert plan["env"]["HUST_VSPEC_ADAPTIVE_DSPARK_COST_TABLE"] == path
+
+
 def test_existing_or_homeless_output(tmp_path):
     existing = write(tmp_path, "{}", "old.json")
     fails(*BASE, "--adaptive-dspark-cost-table-output", existing, "--dry-run",
