@@ -840,10 +840,6 @@ class ConfidenceMap:
         self._log_src: np.ndarray | None = None  # the table log_table() was taken from
         self._log = np.zeros(0)
         self._upper: dict[int, np.ndarray] = {}  # width -> upper-triangular ones (log_survival)
-        # the confidences are calibrated conditional acceptance probabilities already (a
-        # DSpark confidence head): the policies read them as they are (the bins still count
-        # what was accepted, for observation)
-        self.direct = False
 
     @property
     def tried(self) -> np.ndarray:
@@ -1017,9 +1013,7 @@ class ConfidenceMap:
 
     def log_map(self, confidences: np.ndarray) -> np.ndarray:
         """The calibrated log acceptance of each confidence (out-of-range and NaN confidences
-        go to the end bins); with :attr:`direct` the confidence's own log (NaN as 0)."""
-        if self.direct:
-            return log_acceptance(np.nan_to_num(confidences, nan=0.0))
+        go to the end bins)."""
         return self.log_table().take((confidences * self.bins).astype(np.intp), mode="clip")
 
     def log_survival(self, confidences: np.ndarray) -> np.ndarray:

@@ -101,8 +101,6 @@ class EngineRuntime:
         self.scheduler = scheduler
         self.settings = settings
         self.method = methods.served_method(spec)
-        self.head_confidences = self.method == "dspark" and bool(getattr(
-            spec.draft_model_config.hf_config, "enable_confidence_head", False))
         self.kmax = int(scheduler.num_spec_tokens)
         self.max_num_seqs = int(scheduler.scheduler_config.max_num_seqs)
         self.varies_k = methods.varies_k(self.method)
@@ -176,8 +174,6 @@ class EngineRuntime:
         """A controller, its decision gate, and whether it reads draft confidences."""
         controller = build_controller(settings, self.kmax, host_table=host_table, trace=True)
         controller.set_draft_min_steps(self.draft_min_steps)
-        # a DSpark confidence head's confidences are calibrated acceptance probabilities
-        controller.confidence_map.direct = self.head_confidences
         gate = DecisionGate(controller, self.kmax, self.varies_k)
         return controller, gate, _wants_signals(controller) and self._sync and not self.v2
 

@@ -5,9 +5,10 @@ Each running request ``i`` has a survival per draft position ``j``::
     s_i(j) = prod_{m<=j} c_i(m)
 
 where ``c_i(m)`` is the request's draft confidence for position ``m`` mapped through the
-online :class:`~..estimators.ConfidenceMap` when the batch carries confidences (taken as
-it is from a DSpark confidence head, which is calibrated: ``ConfidenceMap.direct``), else
-the estimated conditional acceptance ``a_m`` (then every request has the same curve).
+online :class:`~..estimators.ConfidenceMap` when the batch carries confidences (a DSpark
+confidence head's too: its calibration is the map's prior, what the engine accepts corrects
+it), else the estimated conditional acceptance ``a_m`` (then every request has the same
+curve).
 All ``(request, position)`` slots are admitted globally in order of decreasing survival
 (a request's slots come in position order because its survival never rises). Admitting
 ``b`` slots costs a step with ``T = B + b`` verified tokens and is expected to commit
