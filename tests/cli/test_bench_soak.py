@@ -39,8 +39,7 @@ def test_the_short_soak_loses_no_token(fixtures_dir, tmp_path):
     proc = soak("--policies", "online,sweep", "--duration", "240", "--max-requests", "500",
                 "--clients", "32", "--kv-blocks", "36", "--inject-fault-at", "200",
                 "--output-dir", str(out),
-                "--", "--config", PRESET, "--max-num-seqs", "16", "--", "--dtype", "float32",
-                "--block-size", "32",
+                "--", "--config", PRESET, "--max-num-seqs", "16", "--", "--block-size", "32",
                 env=clean_env(HUST_VSPEC_MODEL_DIR=str(fixtures_dir)))
     doc = json.loads((out / "soak.json").read_text())
     table = proc.stdout[-3000:] + proc.stderr[-3000:]
