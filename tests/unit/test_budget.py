@@ -232,27 +232,6 @@ def test_budget_with_a_cost_table_in_the_simulator(tmp_path):
     assert run(0.0) > 5.0  # rows are free: draft deep
 
 
-def test_with_a_cost_table_the_warm_up_measures_acceptance_only(tmp_path):
-    """A cost table prices every depth: the warm-up is ``warmup_samples`` steps at Kmax, not
-    every K in turn (which the online step-cost model needs)."""
-    from vllm_hust_vspec.adaptive.costmodel import CostTable
-
-    samples = [(b, g, 0.001 * (10 + b + g)) for b in (1, 2) for g in range(b, b * (KMAX + 1) + 1, b)
-               for _ in range(2)]
-    table = CostTable.fit("additive", samples, draft_width=KMAX, model_id=None, dtype=None,
-                          quantization=None, parallel={}, execution={}, host_version=None)
-    ctx = _ctx(accept=0.7)
-    ctx.warmup_samples = 2
-    with_table, without = BudgetPolicy(KMAX, cost_table=table), BudgetPolicy(KMAX)
-    view = BatchView(0, ("a", "b"))
-    first = [with_table.decide(view, ctx) for _ in range(3)]
-    assert [d.k for d in first[:2]] == [KMAX, KMAX]
-    assert all("warmup" in d.reason for d in first[:2]) and "warmup" not in first[2].reason
-    plain = [without.decide(view, ctx) for _ in range(2 * (KMAX + 1))]
-    assert [d.k for d in plain] == [4, 3, 2, 1, 0, 4, 3, 2, 1, 0]
-    assert all("warmup" in d.reason for d in plain)
-
-
 def test_legacy_profile_drives_the_profile_policy(tmp_path):
     legacy = {
         "schema_version": 1, "max_speculative_tokens": KMAX, "initial_gamma": 1,

@@ -52,10 +52,7 @@ re-selecting every 2nd decision (1.004 / 1.125 / 1.148) while re-selecting on ab
 the decisions of a drafting batch of 256 (tests/unit/test_decide_speed.py, cheap drafter).
 
 Like ``online`` it warms up on uniform K (descending, ``warmup_samples`` each) so the cost
-model sees every depth; with a cost table, which prices every depth already, the warm-up is
-``warmup_samples`` steps at Kmax (the acceptance of every position): served with the
-DSpark fixture the 16-step descending warm-up (Kmax 7) took 15-20 % of a fresh server's
-first short cell. Exploration is cheap: every ``round(1 / exploration)``-th decision
+model sees every depth. Exploration is cheap: every ``round(1 / exploration)``-th decision
 drafts every request one position deeper than its budget (K_i + 1), which measures the
 slots the budget left out. Nothing latches: an empty budget (K = 0) gives no acceptance
 data, the acceptance estimates decay back to their optimistic prior, and the next probe
@@ -207,16 +204,10 @@ class BudgetPolicy(Policy):
         self.n += 1
         ids = batch.req_ids
         b = len(ids)
-        if self.table is not None:  # the table prices every depth: measure acceptance only
-            warm = ctx.warmup_samples
-            if n < warm:
-                return decision(ctx, self.kmax, self.name,
-                                f"warmup {n + 1}/{warm} k={self.kmax} (cost table)", batch_size=b)
-        else:
-            warm = len(self.candidates) * ctx.warmup_samples
-            if n < warm:
-                k = sorted(self.candidates, reverse=True)[n % len(self.candidates)]
-                return decision(ctx, k, self.name, f"warmup {n + 1}/{warm} k={k}", batch_size=b)
+        warm = len(self.candidates) * ctx.warmup_samples
+        if n < warm:
+            k = sorted(self.candidates, reverse=True)[n % len(self.candidates)]
+            return decision(ctx, k, self.name, f"warmup {n + 1}/{warm} k={k}", batch_size=b)
         probe = False
         if ctx.exploration > 0:
             spacing = max(1, round(1.0 / ctx.exploration))
