@@ -12,6 +12,7 @@ import sys
 
 import pytest
 from launcher_util import REPO, clean_env
+from test_launcher_calibration import table as cost_table
 
 pytestmark = pytest.mark.cli
 
@@ -147,22 +148,10 @@ def test_dry_run_paired_takes_the_policies_in_turns_in_one_server(fake):
     assert got["paired"]["env"]["HUST_VSPEC_ADAPTIVE_COMPARE"] == "fixed:0,fixed:2,budget"
 
 
-def _cost_table(tmp_path: pathlib.Path, width: int) -> pathlib.Path:
-    from vllm_hust_vspec.adaptive.costmodel import CostTable
-
-    samples = [(b, g, 0.001 * (1 + b / 8 + g / 16)) for b in (1, 2)
-               for g in (b, 2 * b, (width + 1) * b) for _ in range(2)]
-    path = tmp_path / f"costs-w{width}.json"
-    CostTable.fit("additive", samples, draft_width=width, model_id="t+d", dtype="float32",
-                  quantization=None, parallel={}, execution={},
-                  host_version="0.32.0").save(path)
-    return path
-
-
 def test_budget_servers_alone_get_the_cost_table(fake, tmp_path):
     """--budget-cost-table goes to the servers that run budget (alone or in turns), never to
     online (which refuses it); a table of another width is refused before any server."""
-    table = _cost_table(tmp_path, 4)
+    table = cost_table(tmp_path, 4)
     got = dry_run(fake, "--configs", "online,budget,paired", "--paired-policies",
                   "fixed:2,budget", "--budget-cost-table", str(table), "--workloads", "code",
                   "--concurrency", "2", "--", "--config", PRESET)
@@ -175,7 +164,7 @@ def test_budget_servers_alone_get_the_cost_table(fake, tmp_path):
                   "--", "--config", PRESET)
     assert not [k for k in got["budget"]["env"] if k.startswith(key)]
     for args, launcher, expect in (
-            (["--budget-cost-table", str(_cost_table(tmp_path, 5))], [],
+            (["--budget-cost-table", cost_table(tmp_path, 5, "costs-w5.json")], [],
              "field 'draft_width': table has 5 but the running width is 4"),
             (["--configs", "online", "--budget-cost-table", str(table)], [],
              "--budget-cost-table is given but no configuration runs the budget policy"),

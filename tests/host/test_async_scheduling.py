@@ -15,41 +15,12 @@ from __future__ import annotations
 import pytest
 
 from cpu_async import async_scheduling_on_cpu
-from plugin_helpers import (
-    assert_k_varied,
-    assert_lossless,
-    close,
-    engine_spec,
-    greedy,
-    make_llm,
-    mixed_prompts,
-    plugin_env,
-    prompt_ids,
-    read_decisions,
-    runtime_of,
-)
+from plugin_helpers import (assert_k_varied, close, engine_spec, make_llm, plugin_env,
+                            read_decisions, runtime_of)
+# the same prompts, target-only baselines and exactness check as the synchronous sweep
+from test_plugin_lossless import KMAX, _check, _run, baseline, prompts  # noqa: F401 (fixtures)
 
 pytestmark = [pytest.mark.host, pytest.mark.slow]
-
-KMAX = 4
-
-
-@pytest.fixture(scope="module")
-def prompts(fixtures_dir):
-    return mixed_prompts(fixtures_dir, 8)
-
-
-@pytest.fixture(scope="module")
-def baseline(fixtures_dir, prompts):
-    """Target-only tokens (synchronous, plugin off) of target/ and mtp/."""
-    out = {}
-    with plugin_env(enabled=False):
-        for name in ("target", "mtp"):
-            llm = make_llm(fixtures_dir / name)
-            out[name] = (greedy(llm, prompts), greedy(llm, prompts[3:4]),
-                         prompt_ids(llm, prompts))
-            close(llm)
-    return out
 
 
 @pytest.mark.parametrize("method", ["draft_model", "eagle", "mtp"])
@@ -66,14 +37,11 @@ def test_lossless_with_k_changing_under_async_scheduling(fixtures_dir, baseline,
             assert core.batch_queue is not None  # two steps in flight
             rt = runtime_of(llm)
             assert rt is not None and rt.method == method and not rt._sync
-            got8, got1 = greedy(llm, prompts), greedy(llm, prompts[3:4])
+            got = _run(llm, prompts)
             accepted = rt.controller.accepted_total
         finally:
             close(llm)
-    exp8, exp1, ids = baseline["mtp" if method == "mtp" else "target"]
-    model_dir = fixtures_dir / ("mtp" if method == "mtp" else "target")
-    assert_lossless(exp8, got8, ids, model_dir)
-    assert_lossless(exp1, got1, ids[3:4], model_dir)
+    _check(fixtures_dir, baseline, prompts, method, got)
     _, decisions, results = read_decisions(trace)
     assert_k_varied(decisions, KMAX)
     assert accepted > 0 and sum(r["accepted"] for r in results) == accepted

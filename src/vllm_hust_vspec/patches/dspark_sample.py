@@ -24,18 +24,18 @@ from vllm_hust_vspec.patchspec import PROCESS_WORKER, PatchSpec, Symbol
 _DFLASH = "vllm.v1.spec_decode.dflash"
 # Applied only where the host has vLLM's Qwen3 DSpark model (a host without it cannot be
 # asked for a DSpark draft: its own config refuses the architecture).
-HOST_MODULE = _DSPARK = "vllm.model_executor.models.qwen3_dspark"
+HOST_MODULE = "vllm.model_executor.models.qwen3_dspark"
 
 SPEC = PatchSpec(
     name="dspark-sample",
     target=Symbol(_DFLASH, "DFlashProposer._sample_draft_tokens",
                   params=("hidden_states", "sampling_metadata")),
     requires=(
-        Symbol(_DSPARK, "Qwen3DSparkForCausalLM.compute_draft_logits"),
-        Symbol(_DSPARK, "Qwen3DSparkForCausalLM.markov_embed"),
-        Symbol(_DSPARK, "Qwen3DSparkForCausalLM.markov_bias"),
-        Symbol(_DSPARK, "Qwen3DSparkForCausalLM.map_draft_to_target"),
-        Symbol(_DSPARK, "DSparkConfidenceHead.forward", params=("hidden", "markov_embed")),
+        Symbol(HOST_MODULE, "Qwen3DSparkForCausalLM.compute_draft_logits"),
+        Symbol(HOST_MODULE, "Qwen3DSparkForCausalLM.markov_embed"),
+        Symbol(HOST_MODULE, "Qwen3DSparkForCausalLM.markov_bias"),
+        Symbol(HOST_MODULE, "Qwen3DSparkForCausalLM.map_draft_to_target"),
+        Symbol(HOST_MODULE, "DSparkConfidenceHead.forward", params=("hidden", "markov_embed")),
     ),
     process=PROCESS_WORKER,
     methods=("dspark",),

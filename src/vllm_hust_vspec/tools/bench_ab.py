@@ -222,7 +222,8 @@ class _Plan:
         self.cost_table = (pathlib.Path(a.budget_cost_table).resolve()
                            if a.budget_cost_table else None)
         self.cost_table_source = "--budget-cost-table" if self.cost_table else None
-        if self.cost_table is not None and not any(c.uses_budget for c in self.configs):
+        self.runs_budget = any(c.uses_budget for c in self.configs)
+        if self.cost_table is not None and not self.runs_budget:
             raise AbError("--budget-cost-table is given but no configuration runs the budget "
                           "policy")
         if a.paired_window < 4:
@@ -367,7 +368,7 @@ def _execute(plan: _Plan, a: argparse.Namespace) -> int:
 
     out = plan.out
     stale = out / COST_TABLE_NAME
-    if plan.cost_table is None and stale.exists() and any(c.uses_budget for c in plan.configs):
+    if plan.cost_table is None and stale.exists() and plan.runs_budget:
         raise AbError(f"{stale} exists (an earlier run's budget calibration): pass it as "
                       "--budget-cost-table, or choose another --output-dir")
     (out / "logs").mkdir(parents=True, exist_ok=True)
