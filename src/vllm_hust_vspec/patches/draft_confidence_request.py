@@ -3,7 +3,7 @@
 What:   wraps ``vllm.v1.core.sched.scheduler.Scheduler._update_after_schedule``, the last call
         of every ``schedule()`` (AsyncScheduler's override calls it); when the engine runtime
         wants draft signals (its controller uses confidences: the ``budget`` policy, a
-        per-request stop, a confidence calibration; synchronous scheduling only) the step's
+        per-request stop, a confidence calibration) the step's
         ``SchedulerOutput`` gets ``vspec_draft_signals = True``, which every worker's
         ``draft-propose`` reads.  Otherwise nothing is set and the workers compute nothing.
 Why:    the engine core owns the controller (and may switch policies in one engine), so it is

@@ -10,13 +10,16 @@ carry the signals from the drafter to the engine core.
 * entropy of draft position j: the entropy (nats) of that distribution renormalised over its
   top ``TOPK_ENTROPY`` tokens.
 
-How they travel (synchronous scheduling): the engine sets ``SchedulerOutput.<FLAG>`` when its
+How they travel: the engine sets ``SchedulerOutput.<FLAG>`` when its
 controller needs confidences; the worker's drafter then records one (confidence, entropy) pair
 of tensors per drafting pass; after the proposal the model runner stacks them into
 ``(num_reqs, K)`` float32 arrays; ``take_draft_token_ids`` attaches them to the
 ``DraftTokenIds`` it returns as ``<CONFIDENCES>`` / ``<ENTROPIES>`` (plain attributes on a
 plain dataclass: they survive the pickling of multiprocess executors), and the engine core
-reads them in ``Scheduler.update_draft_token_ids``.
+reads them in ``Scheduler.update_draft_token_ids``.  Under asynchronous scheduling the drafts
+stay on the worker: ``sample_tokens`` (``draft-confidence-output``) attaches the same arrays to
+the step's ``ModelRunnerOutput`` and the engine core reads them in
+``Scheduler.update_from_output``.
 
 torch is imported inside the functions: the catalog imports the patch modules without it.
 """

@@ -20,11 +20,19 @@ Step timeline (synchronous scheduling, the CPU host): ``schedule()`` of step ``s
 results (drafted counts follow K_{s-1}) and the wall time from the decision to the output;
 ``update_draft_token_ids`` then cuts each request's new drafts to its K_i.
 
-With draft confidences (the controller uses them: ``budget`` policy, a per-request stop; sync
-scheduling; see docs/confidence.md) the decision moves to the drafts it is about:
+With draft confidences (the controller uses them: ``budget`` policy, a per-request stop; see
+docs/confidence.md) the decision moves to the drafts it is about:
 ``update_draft_token_ids`` of step ``s`` brings the drafts of step ``s`` with their confidences,
 the controller decides there (one decision per step, traced as step ``s+1``), the drafts are
 cut to its K_i, and ``schedule()`` of step ``s+1`` takes its K as the batch draft depth.
+
+Asynchronous scheduling (two steps in flight): ``schedule()`` of step ``s+1`` runs before the
+output of step ``s`` reaches ``update_from_output``; the drafts stay on the workers and the
+verify width of each request's drafts is its placeholders, cut to K_i when its step is
+scheduled (``async-placeholders``).  The confidences of the drafts of step ``s`` come with the
+output of step ``s`` (``draft-confidence-output``): they are kept for the verification of those
+drafts in step ``s+1``, and the next decision (step ``s+2``, traced so) is made from them, the
+freshest the engine core has.
 """
 
 from __future__ import annotations
@@ -131,7 +139,7 @@ class EngineRuntime:
         self._parts = [self._parts_for(entry_settings(settings, e), host_table)
                        for e in entries]
         # draft confidences: asked of the workers only when the controller uses them, and only
-        # under synchronous scheduling (where the drafts come back to the engine core)
+        # where the V1 runner drafts (the worker patches hook it)
         if self._parts:
             self._activate(0)
             self.policy = "compare:" + ",".join(entries)
@@ -175,7 +183,7 @@ class EngineRuntime:
         controller = build_controller(settings, self.kmax, host_table=host_table, trace=True)
         controller.set_draft_min_steps(self.draft_min_steps)
         gate = DecisionGate(controller, self.kmax, self.varies_k)
-        return controller, gate, _wants_signals(controller) and self._sync and not self.v2
+        return controller, gate, _wants_signals(controller) and not self.v2
 
     def _controller(self, settings: settings_mod.Settings, host_table: Any = None) -> None:
         """The one controller of an engine that compares nothing."""
@@ -348,24 +356,36 @@ class EngineRuntime:
         ``confidences`` / ``entropies`` (float32 arrays (len(req_ids), K) from the workers):
         the next step's decision is made here from them and its K_i cut these drafts; the
         confidences of what is kept await verification."""
+        self._drafts_arrived(req_ids, confidences, entropies)
+        return self.gate.trim(req_ids, drafts, width)
+
+    def _drafts_arrived(self, req_ids: list[str], confidences: Any, entropies: Any) -> None:
+        """New drafts reached the engine core, with their confidences or without: the next
+        decision is made from the confidences (when the controller reads them), which are
+        kept for the verification of these drafts.
+
+        Synchronous scheduling (``trim_drafts``): the drafts of step ``s`` arrive before
+        ``schedule()`` of step ``s + 1``, which verifies them; the decision is that step's and
+        its K_i cut them.  Asynchronous scheduling (:meth:`output_step`): they arrive with the
+        output of step ``s``, after ``schedule()`` of step ``s + 1`` set their verify widths;
+        the decision is the next ``schedule()``'s, made from these confidences as the freshest
+        the engine core has (the drafts that step decides about are not made yet)."""
         signals = self._wants_conf and confidences is not None and not self.fault.tripped
         # new drafts replace the old ones: so do their confidences, whichever policy decides
         # now (a paired comparison's budget window kept confidences that an online window's
         # wider drafts must not meet at verification: it raised there, in the engine core)
         self._verified.drop_kept()
-        if self._wants_conf:
-            if signals and self.k_override is None:
-                try:
-                    self.gate.decide_from_drafts(self.step + 1, req_ids, confidences,
-                                                 entropies, self.scheduler.requests)
-                    self._flush_records()
-                except Exception:
-                    self._trip("decide from the drafts")
-                    self.gate.force(None)
-                    signals = False
-        if signals:  # each request's row; what the trim below keeps is what gets verified
+        if signals and self.k_override is None:
+            try:
+                self.gate.decide_from_drafts(self.step + 1, req_ids, confidences,
+                                             entropies, self.scheduler.requests)
+                self._flush_records()
+            except Exception:
+                self._trip("decide from the drafts")
+                self.gate.force(None)
+                signals = False
+        if signals:  # each request's row; what its limit keeps is what gets verified
             self._verified.keep(req_ids, confidences, entropies)
-        return self.gate.trim(req_ids, drafts, width)
 
     # ------------------------------------------------------------------ observe
     def on_verified(self, req_id: str, num_draft_tokens: int, num_accepted_tokens: int,
@@ -399,6 +419,17 @@ class EngineRuntime:
                       model_runner_output)
         yield
         self._guarded("take the step's results", self._after_output, scheduler_output)
+        if not self._sync:  # the drafts this step made stay on the workers: their
+            # confidences came with its output (draft-confidence-output); after the results,
+            # whose verified drafts met the confidences kept a step ago
+            self._guarded("take the drafts' confidences", self._drafts_on_output,
+                          model_runner_output)
+
+    def _drafts_on_output(self, model_runner_output: Any) -> None:
+        """Async scheduling: the step's drafts, with the confidences its output carries."""
+        conf = getattr(model_runner_output, "vspec_confidences", None)
+        self._drafts_arrived(model_runner_output.req_ids if conf is not None else [], conf,
+                             getattr(model_runner_output, "vspec_entropies", None))
 
     def _before_output(self, scheduler_output: Any, model_runner_output: Any) -> None:
         self._verified.discard()
