@@ -2,8 +2,10 @@
 """What K = 0 costs over target-only, on the large fixture pair, paired call by call.
 
 Two engines live in one process: target-only (no speculative config) and the plugin at a
-fixed K = 0 (``--method draft``: target-large + draft; ``--method mtp``: mtp-large, whose
-baseline is mtp-large without speculation). Every ``generate()`` call of a cell runs on both
+fixed K = 0 (``--method draft``: target-large + draft; ``--method dspark``: target-large + the
+DSpark drafter; ``--method mtp``: mtp-large, whose baseline is mtp-large without
+speculation).  ``--k0-drafter run`` measures the host's own K = 0 (its drafter forward runs)
+instead of the plugin's skip. Every ``generate()`` call of a cell runs on both
 engines back to back, the order alternating (ABBA), so the machine's speed drift (this VM's
 moves 10-20 % within minutes) hits both alike; a round's ratio is target-only time / plugin
 time over the same prompts and tokens (= the output tok/s ratio). Prefix caching is off in
@@ -11,8 +13,9 @@ both (the prompts repeat across rounds and vLLM recomputes the last cached block
 and MTP, which is a cost of the speculative config, not of K = 0). Run it alone on the
 machine; it prints the load average after each round::
 
-    .venv/bin/python scripts/bench_k0_tax.py [--method draft|mtp] [--rounds 4]
-        [--batches 1,4,16] [--max-tokens 64] [--fixtures DIR] [--json OUT.json]
+    .venv/bin/python scripts/bench_k0_tax.py [--method draft|dspark|mtp] [--rounds 4]
+        [--batches 1,4,16] [--max-tokens 64] [--k0-drafter skip|run] [--fixtures DIR]
+        [--json OUT.json]
 
 The issue's goal is a median ratio >= 0.98 at every batch; a cell whose min-max spread is
 above 10 % judges nothing.
@@ -35,7 +38,9 @@ from vllm_hust_vspec.tools.fixture_dir import fixtures_dir
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--method", choices=("draft", "mtp"), default="draft")
+    ap.add_argument("--method", choices=("draft", "dspark", "mtp"), default="draft")
+    ap.add_argument("--k0-drafter", choices=("skip", "run"), default="skip",
+                    help="the plugin's K = 0 skip (default) or the host's K = 0 forward")
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--batches", default="1,4,16", help="concurrencies (one generate() call each)")
     ap.add_argument("--calls", type=int, default=8, help="paired generate() calls per cell")
@@ -50,17 +55,19 @@ def main(argv: list[str] | None = None) -> int:
     if not batches or min(batches) < 1 or args.rounds < 1 or args.calls < 1:
         ap.error("--batches, --rounds and --calls must be >= 1")
     fixtures = fixtures_dir(args.fixtures)
-    model = fixtures / ("target-large" if args.method == "draft" else "mtp-large")
-    if missing(model):
+    model = fixtures / ("mtp-large" if args.method == "mtp" else "target-large")
+    drafter = {"draft": fixtures / "draft", "dspark": fixtures / "dspark"}.get(args.method)
+    if missing(model, *([drafter] if drafter else [])):
         return 2
-    plugin_engines(1, adaptive_policy="fixed", adaptive_fixed_gamma="0")
+    plugin_engines(1, adaptive_policy="fixed", adaptive_fixed_gamma="0",
+                   adaptive_k0_drafter=args.k0_drafter)
     from vllm import LLM, SamplingParams
 
     common = dict(model=str(model), dtype="float32", max_model_len=1024,
                   max_num_seqs=max(batches), enforce_eager=True, seed=0,
                   enable_prefix_caching=False)
-    spec = ({"method": "draft_model", "model": str(fixtures / "draft"), "num_speculative_tokens": 4}
-            if args.method == "draft" else {"method": "mtp", "num_speculative_tokens": 4})
+    spec = {"method": {"draft": "draft_model"}.get(args.method, args.method),
+            "num_speculative_tokens": 4, **({"model": str(drafter)} if drafter else {})}
     base = LLM(**common)  # no speculative config: the plugin stays out of it
     plug = LLM(speculative_config=spec, **common)
     sp = SamplingParams(temperature=0.0, max_tokens=args.max_tokens, ignore_eos=True)
@@ -98,12 +105,13 @@ def main(argv: list[str] | None = None) -> int:
         med = statistics.median(v)
         table[str(b)] = {"median": round(med, 4), "min": round(min(v), 4), "max": round(max(v), 4),
                          "spread": round((max(v) - min(v)) / med, 4), "rounds": [round(x, 4) for x in v]}
-        print(f"{args.method}: plugin K = 0 / target-only, batch {b}: median {med:.3f} "
+        print(f"{args.method}: plugin K = 0 ({args.k0_drafter}) / target-only, batch {b}: median {med:.3f} "
               f"(min {min(v):.3f}, max {max(v):.3f}, spread {table[str(b)]['spread']:.1%})")
     print(f"load average (1 min) after each round: {loads}")
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps(
-            {"method": args.method, "max_tokens": args.max_tokens, "calls": args.calls,
+            {"method": args.method, "k0_drafter": args.k0_drafter,
+             "max_tokens": args.max_tokens, "calls": args.calls,
              "ratios": table, "load_average": loads}, indent=2))
     return 0
 

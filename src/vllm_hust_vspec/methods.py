@@ -5,9 +5,10 @@ Facts from the host's proposers (see the reference map, section 1.7):
 * ``draft_model``, ``eagle``, ``eagle3``, ``mtp`` (and dflash/gemma4/step3p5, which share the
   ``SpecDecodeBaseProposer`` loop) honour a per-step K and draft only K tokens; at K = 0 the
   host's drafter still runs one forward to keep its KV cache in sync, except for the draft
-  model, EAGLE, EAGLE-3 and MTP under synchronous scheduling, where the ``drafter-k0`` and
-  ``eagle-k0`` patches run none and catch the drafter up when its requests draft again
-  (``runtime/drafter_sync.py``; the EAGLE family from kept target hidden states);
+  model, EAGLE, EAGLE-3, MTP, DFlash and DSpark under synchronous scheduling, where the
+  ``drafter-k0``, ``eagle-k0`` and ``dflash-k0`` patches run none and catch the drafter up
+  when its requests draft again (``runtime/drafter_sync.py``; the EAGLE family and DFlash
+  from kept target hidden states);
 * ``ngram`` (CPU) honours K <= Kmax and may draft fewer (short matches); no drafter forward;
 * ``suffix``, ``medusa``, ``ngram_gpu`` assert K == Kmax: K stays Kmax, only the verified
   prefix of each request is trimmed;
@@ -22,10 +23,15 @@ from vllm_hust_vspec.settings import FIXED_K_METHODS
 
 # Methods whose drafter forward runs even at K = 0 (draft_min_steps = 1 in the cost model).
 MODEL_DRAFTERS = ("draft_model", "eagle", "eagle3", "mtp", "dflash", "dspark")
-# Model drafters whose K = 0 steps run no forward (patch drafter-k0), under sync scheduling.
-K0_SKIPPED = ("draft_model", "eagle", "eagle3", "mtp")
-# Of those, the drafters that read the target's hidden states (patch eagle-k0 keeps them).
-K0_HIDDEN = ("eagle", "eagle3", "mtp")
+# Model drafters whose K = 0 steps run no forward (patches drafter-k0, eagle-k0, dflash-k0),
+# under sync scheduling (a DSpark draft runs on the DFlash proposer: "dflash" in the worker).
+K0_SKIPPED = ("draft_model", "eagle", "eagle3", "mtp", "dflash", "dspark")
+# Of those, the drafters that read the target's hidden states (their rows are kept by KV slot).
+K0_HIDDEN = ("eagle", "eagle3", "mtp", "dflash", "dspark")
+# Of those, the drafters whose KV at a context position is a function of the target's hidden
+# state there alone (DFlash's context K/V projection): their catch-up writes that K/V, no
+# drafter forward.
+K0_CONTEXT = ("dflash", "dspark")
 # Methods vLLM >= 0.33 lets vary K on its V1 model runner: ``VllmConfig.
 # _maybe_disable_dynamic_sd_for_v1`` turns dynamic SD off for every other method there
 # ("V1 requires proposer support"; V2 truncates drafts centrally and takes any method).

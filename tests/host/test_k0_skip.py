@@ -1,5 +1,5 @@
-"""K = 0 without a drafter forward, and exact resume (patches drafter-k0 and eagle-k0: the
-draft model, EAGLE, EAGLE-3, MTP).
+"""K = 0 without a drafter forward, and exact resume (patches drafter-k0, eagle-k0 and
+dflash-k0: the draft model, EAGLE, EAGLE-3, MTP, DSpark on the DFlash proposer).
 
 One real CPU engine per run, float32, greedy.  The ``sweep`` policy forces K = 0 stretches
 of 1, 8 and 64 steps between K > 0 steps.  A run with ``adaptive_k0_drafter=skip`` (the
@@ -9,7 +9,9 @@ host's own K = 0 forward: a drafter that never sat out), and the same tokens as 
 A third case adds requests that arrive and finish during the stretches (4 slots for 10
 prompts, two of them twice: prefix-cache hits), chunked prefill (a 48-token step budget) and
 preemption (a KV cache of 24 blocks).  The draft model runs every case; the EAGLE family
-(whose catch-up reads the target hidden states kept by KV slot) batch 8 and the last case.
+(whose catch-up reads the target hidden states kept by KV slot) and DSpark (whose catch-up
+writes the context K/V of the missed positions from them, no drafter forward) batch 8 and
+the last case.
 """
 
 from __future__ import annotations
@@ -136,17 +138,18 @@ def _check(fixtures, method, prompts, tmp_path, noisy=False, **engine):
 
 
 EAGLE_FAMILY = ("eagle", "eagle3", "mtp")
+HIDDEN = EAGLE_FAMILY + ("dspark",)  # the drafters that read the target's hidden states
 
 
 @pytest.mark.parametrize(("method", "batch"), [("draft_model", 1), ("draft_model", 8)]
-                         + [(m, 8) for m in EAGLE_FAMILY])
+                         + [(m, 8) for m in HIDDEN])
 def test_drafts_after_k0_stretches_are_those_of_a_drafter_that_never_skipped(
         fixtures_dir, tmp_path, method, batch):
     prompts = mixed_prompts(fixtures_dir, 8)[:batch]
     _check(fixtures_dir, method, prompts, tmp_path, max_num_seqs=8)
 
 
-@pytest.mark.parametrize("method", ("draft_model",) + EAGLE_FAMILY)
+@pytest.mark.parametrize("method", ("draft_model",) + HIDDEN)
 def test_arrivals_chunked_prefill_and_preemption_during_k0_stretches(fixtures_dir, tmp_path,
                                                                      method):
     """A request restarted after preemption is caught up from 0, its prefix-cache hit too:

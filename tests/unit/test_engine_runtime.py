@@ -117,12 +117,12 @@ def test_a_0_to_3_jump_prices_k0_with_the_methods_drafter_passes():
 
 
 def test_the_model_drafters_cost_nothing_at_k0_under_sync_scheduling():
-    """drafter-k0 and eagle-k0 skip the drafter's forward at K = 0 (synchronous scheduling
-    only); a drafter without the skip (dflash) still runs one."""
-    for method in ("draft_model", "eagle", "eagle3", "mtp"):
+    """drafter-k0, eagle-k0 and dflash-k0 skip the drafter's forward at K = 0 (synchronous
+    scheduling only); a drafter without the skip (gemma4) still runs one."""
+    for method in ("draft_model", "eagle", "eagle3", "mtp", "dflash", "dspark"):
         assert methods.draft_forwards(method, 0) == 0
         assert methods.draft_forwards(method, 0, skip_k0=False) == 1
-    assert methods.draft_forwards("dflash", 0) == 1
+    assert methods.draft_forwards("gemma4", 0) == 1
     assert methods.draft_forwards("draft_model", 2) == 2
     rt = runtime(scheduler(kmax=4), adaptive_policy="fixed", adaptive_fixed_gamma=2)
     assert rt.controller.cost.draft_min_steps == 0

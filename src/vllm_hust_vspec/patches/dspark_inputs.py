@@ -6,7 +6,8 @@ What:   wraps ``vllm.v1.spec_decode.dflash.DFlashProposer.set_inputs_first_pass`
         lays out the anchor and K - 1 mask tokens (its own kernel, asked for K - 1 masks), every
         one of the K query slots is sampled, and the anchors are kept for the Markov head
         (:func:`~vllm_hust_vspec.runtime.dspark.block_inputs`).  DFlash drafts, and K = 0 steps
-        (the host runs the drafter once to store the context), run the host untouched.
+        where the drafter runs (``--adaptive-k0-drafter run``: once, to store the context;
+        ``dflash-k0`` skips them otherwise), run the host untouched.
 Why:    vLLM 0.32 drafts DSpark only in its V2 GPU runner; the V1 DFlash proposer lays out
         DFlash's 1 + K fill-in block (the mask at p+j predicts p+j), while a DSpark draft
         trained in DeepSpec's layout predicts p+j+1 from slot j.

@@ -1,4 +1,4 @@
-"""K = 0 without a drafter pass, and exact resume (worker side: draft model, EAGLE, EAGLE-3, MTP).
+"""K = 0 without a drafter pass, and exact resume (worker side: draft model, EAGLE, EAGLE-3, MTP, DFlash, DSpark).
 
 vLLM 0.32 runs the drafter's first pass over every request even when a step drafts K = 0,
 to keep the drafter's KV cache in sync with the target; so K = 0 costs one drafter forward.
@@ -26,6 +26,13 @@ states the host hands the drafter in a table by KV slot (``runtime/hidden_rows.p
 step the drafter sits out, the rows the host would have handed it), and the catch-up pass
 feeds the missed positions their tokens shifted by one and their kept rows (EAGLE-3: through
 the head's ``combine_hidden_states``, as the host's first pass does).
+
+DFlash (and DSpark, which drafts on the DFlash proposer) keep their rows the same way, but
+their drafter KV at a context position is the K/V projection of the target's hidden state
+there alone (``precompute_and_store_context_kv``: no attention, no token): the catch-up writes
+that K/V for the missed positions from their kept rows (through ``combine_hidden_states``, as
+the host's pass does) and runs no drafter forward.  The query slots a drafting pass writes
+(anchor and masks) hold nothing a later step reads before it writes them as context.
 """
 
 from __future__ import annotations
@@ -38,6 +45,7 @@ from typing import Any
 import numpy as np
 
 from vllm_hust_vspec import settings as settings_mod
+from vllm_hust_vspec.methods import K0_CONTEXT as CONTEXT_METHODS  # context K/V only
 from vllm_hust_vspec.methods import K0_HIDDEN as HIDDEN_METHODS  # read target hidden states
 from vllm_hust_vspec.methods import K0_SKIPPED as SKIP_METHODS  # K = 0 runs no forward
 from vllm_hust_vspec.runtime.drafter_ledger import missed_from, restarted
@@ -159,11 +167,13 @@ def give_up(sync: DrafterSync, where: str) -> None:
 
 
 def can_skip(drafter: Any, runner: Any) -> bool:
-    """The skip can apply: a draft-model or EAGLE-family drafter, synchronous scheduling, no
-    context parallelism, no M-RoPE (the catch-up writes plain positions and plain slots);
-    for the EAGLE family also one drafter input slot per token (no parallel drafting), the
-    target's vocabulary, no multimodal inputs, and the target's own hidden states (no
-    ``get_mtp_target_hidden_states`` override)."""
+    """The skip can apply: a draft-model, EAGLE-family or DFlash drafter, synchronous
+    scheduling, no context parallelism, no M-RoPE (the catch-up writes plain positions and
+    plain slots); for the EAGLE family also one drafter input slot per token (no parallel
+    drafting); for both families that read hidden states the target's vocabulary, no
+    multimodal inputs, one KV-cache group, and the target's own hidden states (no
+    ``get_mtp_target_hidden_states`` override); for DFlash a model that stores its context
+    K/V on its own (``precompute_and_store_context_kv``)."""
     config = drafter.vllm_config
     parallel = config.parallel_config
     plain = (drafter.method in SKIP_METHODS
@@ -174,7 +184,12 @@ def can_skip(drafter: Any, runner: Any) -> bool:
     if not plain or drafter.method not in HIDDEN_METHODS:
         return plain
     model = runner.get_model() if runner is not None else None
-    return (runner is not None and not drafter.needs_extra_input_slots
+    context = drafter.method in CONTEXT_METHODS
+    if context and not (hasattr(drafter.model, "precompute_and_store_context_kv")
+                        and hasattr(drafter.model, "combine_hidden_states")):
+        return False
+    # a DFlash block's extra query slots are its own: its context is written apart from them
+    return (runner is not None and (context or not drafter.needs_extra_input_slots)
             and not drafter.use_heterogeneous_vocab and not drafter.supports_mm_inputs
             and not hasattr(model, "get_mtp_target_hidden_states")
             and len(runner.input_batch.block_table.block_tables) == 1)
@@ -235,6 +250,7 @@ def catch_up(drafter: Any, runner: Any, cad: Any, gaps: list[tuple[int, int, int
     passes, in order."""
     pending = [list(g) for g in gaps]
     limit = int(drafter.max_num_tokens)
+    one_pass = _context_pass if drafter.method in CONTEXT_METHODS else _pass
     while pending:
         batch, room = [], limit
         for g in pending:
@@ -245,7 +261,7 @@ def catch_up(drafter: Any, runner: Any, cad: Any, gaps: list[tuple[int, int, int
             g[1] += take
             room -= take
         pending = [g for g in pending if g[1] < g[2]]
-        _pass(drafter, runner, cad, batch, sync.rows)
+        one_pass(drafter, runner, cad, batch, sync.rows)
         sync.passes_caught_up += 1
         sync.tokens_caught_up += sum(e - s for _, s, e in batch)
 
@@ -295,3 +311,27 @@ def _pass(drafter: Any, runner: Any, cad: Any, chunk: list[tuple[int, int, int]]
                              cudagraph_runtime_mode=CUDAGraphMode.NONE,
                              slot_mapping=drafter._get_slot_mapping(n, slots)):
         drafter.model(**model_kwargs)
+
+
+def _context_pass(drafter: Any, runner: Any, cad: Any, chunk: list[tuple[int, int, int]],
+                  kept: HiddenRows | None) -> None:
+    """DFlash: the context K/V of ``chunk``'s positions (rows of ``cad``, position ranges)
+    from their kept hidden states, written into the requests' slots as the host's pass
+    writes the context of its step (``precompute_and_store_context_kv``); no forward."""
+    import torch
+
+    device = drafter.input_ids.device
+    block_size = int(runner.input_batch.block_table[0].block_size)
+    rows = [r for r, _, _ in chunk]
+    lens = np.array([e - s for _, s, e in chunk], dtype=np.int64)
+    pos = np.concatenate([np.arange(s, e, dtype=np.int64) for _, s, e in chunk])
+    table = cad.block_table_tensor[torch.as_tensor(rows, device=cad.block_table_tensor.device)]
+    owner = torch.as_tensor(np.repeat(np.arange(len(chunk)), lens), device=table.device)
+    pos_t = torch.as_tensor(pos, device=table.device)
+    slots = slots_of(table, owner, pos_t, block_size)
+    if kept is None:  # DFlash keeps its rows (HIDDEN_METHODS): a caller's error
+        raise RuntimeError("the DFlash catch-up needs the kept hidden states")
+    hidden = kept.get(slots.to(kept.table.device))
+    model = drafter.model
+    model.precompute_and_store_context_kv(model.combine_hidden_states(hidden.to(device)),
+                                          pos_t.to(device), slots.to(device))
