@@ -11,7 +11,9 @@ the real ones.  What it measures: the decisions the controller makes with a step
 latency between a decision and the drafts it sees (``budget`` reads the confidences of the
 drafts of step s to decide step s+2), not what async scheduling saves on a GPU.
 
-One engine per configuration, all in this process, all with async scheduling:
+One engine per configuration, all in this process, all with async scheduling
+(``--scheduling sync`` runs the same engines with the host's synchronous scheduling, no
+imitation, for the rows to compare with):
 ``none`` (target-only, no speculative config), ``fixed:K`` (the plugin at a fixed K),
 ``online``, ``budget`` (its start-up calibration runs when the engine is built, or
 ``--cost-table`` gives a saved one).  Every ``generate()`` call of a cell runs on every engine
@@ -20,7 +22,7 @@ ratio is target-only time / configuration time over the same prompts and tokens 
 output tok/s ratio).  Run it alone on the machine; it prints the load average after each
 round::
 
-    .venv/bin/python scripts/bench_async.py [--method dspark|draft] [--gamma 5]
+    .venv/bin/python scripts/bench_async.py [--method dspark|draft] [--gamma 5] [--scheduling async|sync]
         [--configs none,fixed:3,fixed:5,online,budget] [--batches 1,4,8] [--rounds 3]
         [--calls 4] [--max-tokens 64] [--cost-table FILE] [--fixtures DIR] [--json OUT.json]
 
@@ -30,6 +32,7 @@ A cell whose min-max spread is above 10 % judges nothing.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import pathlib
@@ -61,7 +64,10 @@ def _configs(raw: str, gamma: int) -> list[str]:
 
 
 def _plugin_env(config: str, cost_table: str | None) -> dict[str, str]:
-    """The HUST_VSPEC_* settings of one configuration's engine."""
+    """The HUST_VSPEC_* settings of one configuration's engine (none: no speculative
+    config, so the plugin stays out of it)."""
+    if config == "none":
+        return {}
     if config.startswith("fixed:"):
         return {"ADAPTIVE_POLICY": "fixed", "ADAPTIVE_FIXED_GAMMA": config[6:]}
     env = {"ADAPTIVE_POLICY": config}
@@ -74,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--method", choices=sorted(DRAFTERS), default="dspark")
     ap.add_argument("--gamma", type=int, default=5, help="Kmax (the DSpark block width)")
+    ap.add_argument("--scheduling", choices=("async", "sync"), default="async")
     ap.add_argument("--configs", default="none,fixed:3,fixed:5,online,budget")
     ap.add_argument("--batches", default="1,4,8", help="concurrencies (one generate() call each)")
     ap.add_argument("--rounds", type=int, default=3)
@@ -98,13 +105,17 @@ def main(argv: list[str] | None = None) -> int:
     if missing(model, drafter):
         return 2
     plugin_engines(1)
-    sys.path.insert(0, str(REPO / "tests" / "host"))
-    from cpu_async import async_scheduling_on_cpu  # the imitation of CUDA streams/events
+    asynchronous = args.scheduling == "async"
+    if asynchronous:
+        sys.path.insert(0, str(REPO / "tests" / "host"))
+        from cpu_async import async_scheduling_on_cpu  # the imitation of CUDA streams/events
+    else:
+        async_scheduling_on_cpu = contextlib.nullcontext
     from vllm import LLM, SamplingParams
 
     common = dict(model=str(model), dtype="float32", max_model_len=1024,
                   max_num_seqs=max(batches), enforce_eager=True, seed=0,
-                  enable_prefix_caching=False, async_scheduling=True)
+                  enable_prefix_caching=False, async_scheduling=asynchronous)
     spec = {"method": method, "model": str(drafter), "num_speculative_tokens": args.gamma}
     sp = SamplingParams(temperature=0.0, max_tokens=args.max_tokens, ignore_eos=True)
     prompts = fixture_prompts(fixtures)
@@ -124,9 +135,9 @@ def main(argv: list[str] | None = None) -> int:
                 os.environ.clear()
                 os.environ.update(saved)
             core = engines[config].llm_engine.engine_core.engine_core
-            if type(core.scheduler).__name__ != "AsyncScheduler":
-                raise SystemExit(f"error: {config}: the engine runs {type(core.scheduler).__name__}, "
-                                 "not AsyncScheduler")
+            if (type(core.scheduler).__name__ == "AsyncScheduler") != asynchronous:
+                raise SystemExit(f"error: {config}: the engine runs {type(core.scheduler).__name__} "
+                                 f"(asked: {args.scheduling} scheduling)")
 
         def seconds(llm, batch: list[str]) -> float:
             t = time.perf_counter()
@@ -155,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"{c}@{b} {v[-1]:.3f}" for (c, b), v in ratios.items()) + f" (load {loads[-1]})",
                 file=sys.stderr, flush=True)
     table: dict[str, dict[str, dict]] = {}
-    print(f"{args.method}, Kmax {args.gamma}, async scheduling: output tok/s over target-only "
+    print(f"{args.method}, Kmax {args.gamma}, {args.scheduling} scheduling: output tok/s over target-only "
           f"(median of {args.rounds} rounds [min-max], spread)")
     for (c, b), v in ratios.items():
         med = statistics.median(v)
@@ -167,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"load average (1 min) after each round: {loads}")
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps(
-            {"method": args.method, "gamma": args.gamma, "async_scheduling": True,
+            {"method": args.method, "gamma": args.gamma, "async_scheduling": asynchronous,
              "max_tokens": args.max_tokens, "calls": args.calls, "ratios": table,
              "load_average": loads}, indent=2))
     return 0
