@@ -40,7 +40,7 @@ import statistics
 import sys
 import time
 
-from inprocess import fixture_prompts, missing, plugin_engines
+from inprocess import fixture_prompts, missing, paired_batches, plugin_engines
 
 from vllm_hust_vspec.tools.fixture_dir import fixtures_dir
 
@@ -91,12 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", help="write the per-round ratios here")
     args = ap.parse_args(argv)
     configs = _configs(args.configs, args.gamma)
-    try:
-        batches = [int(b) for b in args.batches.split(",") if b.strip()]
-    except ValueError:
-        ap.error(f"--batches: {args.batches!r} is not a comma-separated list of integers")
-    if not batches or min(batches) < 1 or args.rounds < 1 or args.calls < 1:
-        ap.error("--batches, --rounds and --calls must be >= 1")
+    batches = paired_batches(ap, args)
     if args.cost_table and not pathlib.Path(args.cost_table).is_file():
         ap.error(f"--cost-table {args.cost_table}: no such file")
     fixtures = fixtures_dir(args.fixtures)

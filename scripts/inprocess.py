@@ -40,3 +40,16 @@ def plugin_engines(kv_cache_gib: int, **plugin: str) -> None:
     import vllm_hust_vspec
 
     vllm_hust_vspec.register()
+
+
+def paired_batches(ap, args) -> list[int]:
+    """The concurrencies of ``--batches`` (a comma-separated list), after checking them and
+    ``--rounds`` / ``--calls`` (an ``argparse`` error otherwise): the options of the scripts
+    that pair engines call by call."""
+    try:
+        batches = [int(b) for b in args.batches.split(",") if b.strip()]
+    except ValueError:
+        ap.error(f"--batches: {args.batches!r} is not a comma-separated list of integers")
+    if not batches or min(batches) < 1 or args.rounds < 1 or args.calls < 1:
+        ap.error("--batches, --rounds and --calls must be >= 1")
+    return batches
