@@ -40,15 +40,14 @@ import statistics
 import sys
 import time
 
-from inprocess import fixture_prompts, missing, paired_batches, plugin_engines
+from inprocess import fixture_prompts, missing, paired_batches, plugin_engines, speculative_pair
 
 from vllm_hust_vspec.tools.fixture_dir import fixtures_dir
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
-DRAFTERS = {"dspark": ("dspark", "dspark"), "draft": ("draft_model", "draft")}
 
 
-def _configs(raw: str, gamma: int) -> list[str]:
+def _configs(ap: argparse.ArgumentParser, raw: str, gamma: int) -> list[str]:
     out = []
     for item in (x.strip() for x in raw.split(",")):
         if item in ("none", "online", "budget"):
@@ -56,10 +55,10 @@ def _configs(raw: str, gamma: int) -> list[str]:
         elif item.startswith("fixed:") and item[6:].isdigit() and 0 <= int(item[6:]) <= gamma:
             out.append(item)
         elif item:
-            raise SystemExit(f"error: --configs: {item!r} is not none, fixed:K (0 <= K <= "
-                             f"--gamma {gamma}), online or budget")
+            ap.error(f"--configs: {item!r} is not none, fixed:K (0 <= K <= --gamma {gamma}), "
+                     "online or budget")
     if "none" not in out or len(out) < 2:
-        raise SystemExit("error: --configs needs none (the baseline) and one configuration more")
+        ap.error("--configs needs none (the baseline) and one configuration more")
     return out
 
 
@@ -78,7 +77,7 @@ def _plugin_env(config: str, cost_table: str | None) -> dict[str, str]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--method", choices=sorted(DRAFTERS), default="dspark")
+    ap.add_argument("--method", choices=("dspark", "draft"), default="dspark")
     ap.add_argument("--gamma", type=int, default=5, help="Kmax (the DSpark block width)")
     ap.add_argument("--scheduling", choices=("async", "sync"), default="async")
     ap.add_argument("--configs", default="none,fixed:3,fixed:5,online,budget")
@@ -90,14 +89,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fixtures")
     ap.add_argument("--json", help="write the per-round ratios here")
     args = ap.parse_args(argv)
-    configs = _configs(args.configs, args.gamma)
+    if args.gamma < 1:
+        ap.error(f"--gamma {args.gamma}: must be >= 1")
+    configs = _configs(ap, args.configs, args.gamma)
     batches = paired_batches(ap, args)
     if args.cost_table and not pathlib.Path(args.cost_table).is_file():
         ap.error(f"--cost-table {args.cost_table}: no such file")
     fixtures = fixtures_dir(args.fixtures)
-    method, draft_dir = DRAFTERS[args.method]
-    model, drafter = fixtures / "target-large", fixtures / draft_dir
-    if missing(model, drafter):
+    model, spec, needed = speculative_pair(fixtures, args.method, args.gamma)
+    if missing(*needed):
         return 2
     plugin_engines(1)
     asynchronous = args.scheduling == "async"
@@ -111,7 +111,6 @@ def main(argv: list[str] | None = None) -> int:
     common = dict(model=str(model), dtype="float32", max_model_len=1024,
                   max_num_seqs=max(batches), enforce_eager=True, seed=0,
                   enable_prefix_caching=False, async_scheduling=asynchronous)
-    spec = {"method": method, "model": str(drafter), "num_speculative_tokens": args.gamma}
     sp = SamplingParams(temperature=0.0, max_tokens=args.max_tokens, ignore_eos=True)
     prompts = fixture_prompts(fixtures)
     with async_scheduling_on_cpu():

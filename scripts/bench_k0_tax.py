@@ -31,14 +31,15 @@ import statistics
 import sys
 import time
 
-from inprocess import fixture_prompts, missing, paired_batches, plugin_engines
+from inprocess import (METHODS, fixture_prompts, missing, paired_batches, plugin_engines,
+                       speculative_pair)
 
 from vllm_hust_vspec.tools.fixture_dir import fixtures_dir
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--method", choices=("draft", "dspark", "mtp"), default="draft")
+    ap.add_argument("--method", choices=sorted(METHODS), default="draft")
     ap.add_argument("--k0-drafter", choices=("skip", "run"), default="skip",
                     help="the plugin's K = 0 skip (default) or the host's K = 0 forward")
     ap.add_argument("--rounds", type=int, default=4)
@@ -50,9 +51,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     batches = paired_batches(ap, args)
     fixtures = fixtures_dir(args.fixtures)
-    model = fixtures / ("mtp-large" if args.method == "mtp" else "target-large")
-    drafter = {"draft": fixtures / "draft", "dspark": fixtures / "dspark"}.get(args.method)
-    if missing(model, *([drafter] if drafter else [])):
+    model, spec, needed = speculative_pair(fixtures, args.method, 4)
+    if missing(*needed):
         return 2
     plugin_engines(1, adaptive_policy="fixed", adaptive_fixed_gamma="0",
                    adaptive_k0_drafter=args.k0_drafter)
@@ -61,8 +61,6 @@ def main(argv: list[str] | None = None) -> int:
     common = dict(model=str(model), dtype="float32", max_model_len=1024,
                   max_num_seqs=max(batches), enforce_eager=True, seed=0,
                   enable_prefix_caching=False)
-    spec = {"method": {"draft": "draft_model"}.get(args.method, args.method),
-            "num_speculative_tokens": 4, **({"model": str(drafter)} if drafter else {})}
     base = LLM(**common)  # no speculative config: the plugin stays out of it
     plug = LLM(speculative_config=spec, **common)
     sp = SamplingParams(temperature=0.0, max_tokens=args.max_tokens, ignore_eos=True)

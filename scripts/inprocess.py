@@ -53,3 +53,23 @@ def paired_batches(ap, args) -> list[int]:
     if not batches or min(batches) < 1 or args.rounds < 1 or args.calls < 1:
         ap.error("--batches, --rounds and --calls must be >= 1")
     return batches
+
+
+# --method of the paired scripts -> (vLLM speculative method, drafter fixture dir or None,
+# target fixture dir): MTP is its own model
+METHODS = {"draft": ("draft_model", "draft", "target-large"),
+           "dspark": ("dspark", "dspark", "target-large"),
+           "mtp": ("mtp", None, "mtp-large")}
+
+
+def speculative_pair(fixtures: pathlib.Path, method: str,
+                     k: int) -> tuple[pathlib.Path, dict, list[pathlib.Path]]:
+    """The target model, the speculative config at Kmax ``k`` and the fixture directories
+    they need, of ``method`` (a key of :data:`METHODS`)."""
+    spec_method, draft_dir, target_dir = METHODS[method]
+    model = fixtures / target_dir
+    spec = {"method": spec_method, "num_speculative_tokens": k}
+    if draft_dir is None:
+        return model, spec, [model]
+    spec["model"] = str(fixtures / draft_dir)
+    return model, spec, [model, fixtures / draft_dir]

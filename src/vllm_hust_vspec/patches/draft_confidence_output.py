@@ -48,7 +48,7 @@ def make(original: Any) -> Any:
 
     from vllm_hust_vspec.patches import draft_confidence_signals as signals
 
-    result_attr, conf_attr, ent_attr = signals.RESULT, signals.CONFIDENCES, signals.ENTROPIES
+    conf_attr, ent_attr = signals.CONFIDENCES, signals.ENTROPIES
     warned: list[bool] = []
 
     @functools.wraps(original)
@@ -56,12 +56,12 @@ def make(original: Any) -> Any:
         out = original(self, *args, **kwargs)
         if not getattr(self, "use_async_scheduling", False):
             return out  # draft-confidence-take hands them over with the drafts
-        kept = self.__dict__.pop(result_attr, None)
-        if kept is None or kept[0] is not self._draft_token_ids:
+        kept = signals.take_kept(self)
+        if kept is None:
             return out  # none asked for, or the host zeroed the drafts out
         target = out if isinstance(out, ModelRunnerOutput) else getattr(
             out, "_model_runner_output", None)
-        _, conf, ent = kept
+        conf, ent = kept
         rows = -1 if target is None else len(target.req_ids)
         if conf.shape[0] != rows:
             # a host change, not a fault of the step: the engine runs on without them (its

@@ -42,6 +42,15 @@ RECORDS = "_vspec_signal_records"
 RESULT = "_vspec_draft_signals"
 
 
+def take_kept(runner: Any) -> tuple[Any, Any] | None:
+    """The (confidences, entropies) ``draft-propose`` kept on ``runner`` for the drafts it
+    holds now (the same draft tensor), or None; what was kept is consumed either way."""
+    kept = runner.__dict__.pop(RESULT, None)
+    if kept is None or kept[0] is not runner._draft_token_ids:
+        return None
+    return kept[1], kept[2]
+
+
 def _entropy_top_k(scores: Any, log_space: bool) -> Any:
     """Entropy (nats) of each row renormalised over its top-k entries (``scores`` are logits
     when ``log_space`` else probabilities)."""

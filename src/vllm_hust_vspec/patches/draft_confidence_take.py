@@ -38,15 +38,15 @@ SPEC = PatchSpec(
 def make(original: Any) -> Any:
     from vllm_hust_vspec.patches import draft_confidence_signals as signals
 
-    result_attr, conf_attr, ent_attr = signals.RESULT, signals.CONFIDENCES, signals.ENTROPIES
+    conf_attr, ent_attr = signals.CONFIDENCES, signals.ENTROPIES
 
     @functools.wraps(original)
     def take_draft_token_ids(self: Any) -> Any:
         out = original(self)
-        kept = self.__dict__.pop(result_attr, None)
-        if out is None or kept is None or kept[0] is not self._draft_token_ids:
+        kept = signals.take_kept(self)
+        if out is None or kept is None:
             return out
-        _, conf, ent = kept
+        conf, ent = kept
         rows = len(out.req_ids)
         width = len(out.draft_token_ids[0]) if out.draft_token_ids else 0
         if conf.shape != (rows, width):

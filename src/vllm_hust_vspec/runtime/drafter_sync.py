@@ -266,6 +266,23 @@ def catch_up(drafter: Any, runner: Any, cad: Any, gaps: list[tuple[int, int, int
         sync.tokens_caught_up += sum(e - s for _, s, e in batch)
 
 
+def _chunk_slots(runner: Any, cad: Any,
+                 chunk: list[tuple[int, int, int]]) -> tuple[np.ndarray, Any, Any, Any]:
+    """For ``chunk`` (rows of ``cad``, position ranges): the ranges' lengths, the rows'
+    block tables, and each position and its KV slot (on the block table's device), in
+    chunk order."""
+    import torch
+
+    block_size = int(runner.input_batch.block_table[0].block_size)
+    rows = [r for r, _, _ in chunk]
+    lens = np.array([e - s for _, s, e in chunk], dtype=np.int64)
+    pos = np.concatenate([np.arange(s, e, dtype=np.int64) for _, s, e in chunk])
+    table = cad.block_table_tensor[torch.as_tensor(rows, device=cad.block_table_tensor.device)]
+    owner = torch.as_tensor(np.repeat(np.arange(len(chunk)), lens), device=table.device)
+    pos_t = torch.as_tensor(pos, device=table.device)
+    return lens, table, pos_t, slots_of(table, owner, pos_t, block_size)
+
+
 def _pass(drafter: Any, runner: Any, cad: Any, chunk: list[tuple[int, int, int]],
           kept: HiddenRows | None) -> None:
     """One drafter forward over ``chunk`` (rows of ``cad``, position ranges), like a prefill
@@ -279,18 +296,12 @@ def _pass(drafter: Any, runner: Any, cad: Any, chunk: list[tuple[int, int, int]]
 
     device = drafter.input_ids.device
     tokens = runner.input_batch.token_ids_cpu
-    block_size = int(runner.input_batch.block_table[0].block_size)
-    rows = [r for r, _, _ in chunk]
-    lens = np.array([e - s for _, s, e in chunk], dtype=np.int64)
+    lens, table, pos_t, slots = _chunk_slots(runner, cad, chunk)
+    slots = slots.to(device)
     ends = np.array([e for _, _, e in chunk], dtype=np.int64)
     shift = 1 if kept is not None else 0
     ids = np.concatenate([tokens[r, s + shift:e + shift] for r, s, e in chunk])
-    pos = np.concatenate([np.arange(s, e, dtype=np.int64) for _, s, e in chunk])
     n = int(lens.sum())
-    table = cad.block_table_tensor[torch.as_tensor(rows, device=cad.block_table_tensor.device)]
-    owner = torch.as_tensor(np.repeat(np.arange(len(chunk)), lens), device=table.device)
-    pos_t = torch.as_tensor(pos, device=table.device)
-    slots = slots_of(table, owner, pos_t, block_size).to(device)
     qsl = torch.as_tensor(np.concatenate([[0], np.cumsum(lens)]), dtype=torch.int32)
     seq = torch.as_tensor(ends, dtype=torch.int32)
     meta = CommonAttentionMetadata(
@@ -318,19 +329,10 @@ def _context_pass(drafter: Any, runner: Any, cad: Any, chunk: list[tuple[int, in
     """DFlash: the context K/V of ``chunk``'s positions (rows of ``cad``, position ranges)
     from their kept hidden states, written into the requests' slots as the host's pass
     writes the context of its step (``precompute_and_store_context_kv``); no forward."""
-    import torch
-
-    device = drafter.input_ids.device
-    block_size = int(runner.input_batch.block_table[0].block_size)
-    rows = [r for r, _, _ in chunk]
-    lens = np.array([e - s for _, s, e in chunk], dtype=np.int64)
-    pos = np.concatenate([np.arange(s, e, dtype=np.int64) for _, s, e in chunk])
-    table = cad.block_table_tensor[torch.as_tensor(rows, device=cad.block_table_tensor.device)]
-    owner = torch.as_tensor(np.repeat(np.arange(len(chunk)), lens), device=table.device)
-    pos_t = torch.as_tensor(pos, device=table.device)
-    slots = slots_of(table, owner, pos_t, block_size)
     if kept is None:  # DFlash keeps its rows (HIDDEN_METHODS): a caller's error
         raise RuntimeError("the DFlash catch-up needs the kept hidden states")
+    device = drafter.input_ids.device
+    _, _, pos_t, slots = _chunk_slots(runner, cad, chunk)
     hidden = kept.get(slots.to(kept.table.device))
     model = drafter.model
     model.precompute_and_store_context_kv(model.combine_hidden_states(hidden.to(device)),
