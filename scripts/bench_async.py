@@ -15,8 +15,7 @@ One engine per configuration, all in this process, all with async scheduling
 (``--scheduling sync`` runs the same engines with the host's synchronous scheduling, no
 imitation, for the rows to compare with):
 ``none`` (target-only, no speculative config), ``fixed:K`` (the plugin at a fixed K),
-``online``, ``budget`` (its start-up calibration runs when the engine is built, or
-``--cost-table`` gives a saved one).  Every ``generate()`` call of a cell runs on every engine
+``online``, ``budget`` (its start-up calibration runs when the engine is built).  Every ``generate()`` call of a cell runs on every engine
 back to back, the order rotating, so the machine's speed drift hits all alike; a round's
 ratio is target-only time / configuration time over the same prompts and tokens (= the
 output tok/s ratio).  Run it alone on the machine; it prints the load average after each
@@ -24,7 +23,7 @@ round::
 
     .venv/bin/python scripts/bench_async.py [--method dspark|draft] [--gamma 5] [--scheduling async|sync]
         [--configs none,fixed:3,fixed:5,online,budget] [--batches 1,4,8] [--rounds 3]
-        [--calls 4] [--max-tokens 64] [--cost-table FILE] [--fixtures DIR] [--json OUT.json]
+        [--calls 4] [--max-tokens 64] [--fixtures DIR] [--json OUT.json]
 
 A cell whose min-max spread is above 10 % judges nothing.
 """
@@ -62,17 +61,14 @@ def _configs(ap: argparse.ArgumentParser, raw: str, gamma: int) -> list[str]:
     return out
 
 
-def _plugin_env(config: str, cost_table: str | None) -> dict[str, str]:
+def _plugin_env(config: str) -> dict[str, str]:
     """The HUST_VSPEC_* settings of one configuration's engine (none: no speculative
     config, so the plugin stays out of it)."""
     if config == "none":
         return {}
     if config.startswith("fixed:"):
         return {"ADAPTIVE_POLICY": "fixed", "ADAPTIVE_FIXED_GAMMA": config[6:]}
-    env = {"ADAPTIVE_POLICY": config}
-    if config == "budget" and cost_table:
-        env["ADAPTIVE_DSPARK_COST_TABLE"] = cost_table
-    return env
+    return {"ADAPTIVE_POLICY": config}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -85,7 +81,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--calls", type=int, default=4, help="paired generate() calls per cell")
     ap.add_argument("--max-tokens", type=int, default=64)
-    ap.add_argument("--cost-table", help="a saved cost table for budget (skips its calibration)")
     ap.add_argument("--fixtures")
     ap.add_argument("--json", help="write the per-round ratios here")
     args = ap.parse_args(argv)
@@ -93,8 +88,6 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--gamma {args.gamma}: must be >= 1")
     configs = _configs(ap, args.configs, args.gamma)
     batches = paired_batches(ap, args)
-    if args.cost_table and not pathlib.Path(args.cost_table).is_file():
-        ap.error(f"--cost-table {args.cost_table}: no such file")
     fixtures = fixtures_dir(args.fixtures)
     model, spec, needed = speculative_pair(fixtures, args.method, args.gamma)
     if missing(*needed):
@@ -118,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         for config in configs:
             saved = dict(os.environ)
             os.environ.update({f"HUST_VSPEC_{k}": v
-                               for k, v in _plugin_env(config, args.cost_table).items()})
+                               for k, v in _plugin_env(config).items()})
             try:
                 t = time.perf_counter()
                 engines[config] = (LLM(**common) if config == "none"
