@@ -85,7 +85,10 @@ PLUGIN_FLAGS = ["--gamma", "3", "--adaptive-policy", "online", "--adaptive-hyste
                 "--adaptive-min-gamma", "1", "--adaptive-online-window", "64",
                 "--adaptive-control-interval", "2", "--adaptive-max-gamma-step", "2",
                 "--adaptive-ewma-weight", "0.1", "--adaptive-online-exploration", "0.05",
-                "--adaptive-online-warmup-samples", "3", "--adaptive-log-interval", "5"]
+                "--adaptive-online-warmup-samples", "3", "--adaptive-log-interval", "5",
+                # the start-up cost probe (~20 s) is off: test_cost_probe.py and
+                # test_plugin_serve.py run it; these check the launcher, flags and metrics
+                "--no-adaptive-cost-probe"]
 
 
 # vSpec 0.14's server flags (issue 19 item 6), each passed on to vLLM as its own argument or
@@ -350,29 +353,3 @@ def test_stops_cleanly(run_sh_server):
     while _group_alive(server.proc.pid) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert not _group_alive(server.proc.pid), "server processes left behind"
-
-
-def test_plain_server_with_enable_env(fixtures_dir, tmp_path):
-    from conftest import free_port
-    port = free_port()
-    argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server",
-            "--model", str(fixtures_dir / "target-large"), "--host", "127.0.0.1",
-            "--port", str(port), "--max-model-len", "1024", "--max-num-seqs", "4",
-            "--enforce-eager", "--speculative-config",
-            json.dumps({"method": "ngram", "num_speculative_tokens": 2,
-                        "prompt_lookup_min": 2, "prompt_lookup_max": 3})]
-    env = _env(fixtures_dir, HUST_VSPEC_ENABLED="1", VLLM_CPU_KVCACHE_SPACE="1",
-               HF_HUB_OFFLINE="1", VLLM_NO_USAGE_STATS="1")
-    server = Server(argv, env, tmp_path / "plain.log", port)
-    try:
-        server.wait_ready()
-        r = requests.post(server.url + "/v1/completions", timeout=120, json={
-            "model": str(fixtures_dir / "target-large"), "prompt": "import os\nimport ",
-            "max_tokens": 8, "temperature": 0})
-        assert r.status_code == 200, r.text
-        assert r.json()["usage"]["completion_tokens"] == 8
-        line = next((x for x in server.log().splitlines() if ACTIVE in x), None)
-        assert line is not None, server.log()[-3000:]
-        assert "kmax=2" in line
-    finally:
-        assert server.stop() == 0

