@@ -81,12 +81,21 @@ def _run(fixtures, method, prompts, mode, trace, **engine):
             "trace_caught_up": sum(d["caught_up"] for d in drafter), "resumes": resumes}
 
 
+_TARGET_ONLY: dict[tuple, tuple] = {}
+
+
 def _target(model, prompts, **engine):
-    with plugin_env(enabled=False):
-        llm = make_llm(model, **engine)
-        out = greedy(llm, prompts, MAX_TOKENS), prompt_ids(llm, prompts)
-        close(llm)
-    return out
+    """Target-only tokens, served once per target, prompts and engine arguments (the
+    drafters that share a target share its reference)."""
+    key = (model, tuple(prompts), tuple(sorted(engine.items())))
+    if key not in _TARGET_ONLY:
+        with plugin_env(enabled=False):
+            llm = make_llm(model, **engine)
+            try:
+                _TARGET_ONLY[key] = greedy(llm, prompts, MAX_TOKENS), prompt_ids(llm, prompts)
+            finally:
+                close(llm)
+    return _TARGET_ONLY[key]
 
 
 def _check(fixtures, method, prompts, tmp_path, noisy=False, **engine):
