@@ -23,7 +23,10 @@ round::
 
     .venv/bin/python scripts/bench_async.py [--method dspark|draft] [--gamma 5] [--scheduling async|sync]
         [--configs none,fixed:3,fixed:5,online,budget] [--batches 1,4,8] [--rounds 3]
-        [--calls 4] [--max-tokens 64] [--fixtures DIR] [--json OUT.json]
+        [--calls 4] [--max-tokens 64] [--prompts fixture|mixed] [--fixtures DIR] [--json OUT.json]
+
+``--prompts mixed`` serves the code and hard prompts alternating (every batch holds easy and
+hard requests, ``bench ab``'s ``mixed``); ``fixture`` the code prompts, then the prose ones.
 
 A cell whose min-max spread is above 10 % judges nothing.
 """
@@ -39,7 +42,8 @@ import statistics
 import sys
 import time
 
-from inprocess import fixture_prompts, missing, paired_batches, plugin_engines, speculative_pair
+from inprocess import (fixture_prompts, missing, mixed_prompts, paired_batches, plugin_engines,
+                       speculative_pair)
 
 from vllm_hust_vspec.tools.fixture_dir import fixtures_dir
 
@@ -81,6 +85,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--calls", type=int, default=4, help="paired generate() calls per cell")
     ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--prompts", choices=("fixture", "mixed"), default="fixture",
+                    help="fixture: code, then prose; mixed: code and hard alternating")
     ap.add_argument("--fixtures")
     ap.add_argument("--json", help="write the per-round ratios here")
     args = ap.parse_args(argv)
@@ -105,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
                   max_num_seqs=max(batches), enforce_eager=True, seed=0,
                   enable_prefix_caching=False, async_scheduling=asynchronous)
     sp = SamplingParams(temperature=0.0, max_tokens=args.max_tokens, ignore_eos=True)
-    prompts = fixture_prompts(fixtures)
+    prompts = mixed_prompts(fixtures) if args.prompts == "mixed" else fixture_prompts(fixtures)
     with async_scheduling_on_cpu():
         engines = {}
         for config in configs:
@@ -153,7 +159,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"{c}@{b} {v[-1]:.3f}" for (c, b), v in ratios.items()) + f" (load {loads[-1]})",
                 file=sys.stderr, flush=True)
     table: dict[str, dict[str, dict]] = {}
-    print(f"{args.method}, Kmax {args.gamma}, {args.scheduling} scheduling: output tok/s over target-only "
+    print(f"{args.method}, Kmax {args.gamma}, {args.scheduling} scheduling, {args.prompts} prompts: "
+          f"output tok/s over target-only "
           f"(median of {args.rounds} rounds [min-max], spread)")
     for (c, b), v in ratios.items():
         med = statistics.median(v)
@@ -166,6 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps(
             {"method": args.method, "gamma": args.gamma, "async_scheduling": asynchronous,
+             "prompts": args.prompts,
              "max_tokens": args.max_tokens, "calls": args.calls, "ratios": table,
              "load_average": loads}, indent=2))
     return 0

@@ -18,6 +18,17 @@ def fixture_prompts(fixtures: pathlib.Path) -> list[str]:
     return out
 
 
+def mixed_prompts(fixtures: pathlib.Path) -> list[str]:
+    """The fixture's code and hard prompts alternating, so every batch holds easy and hard
+    requests (``bench ab``'s ``mixed`` workload)."""
+    sets = []
+    for kind in ("code", "hard"):
+        text = (fixtures / "prompts" / f"{kind}.jsonl").read_text()
+        sets.append([json.loads(line)["prompt"] for line in text.splitlines() if line.strip()])
+    n = min(len(s) for s in sets)
+    return [p for pair in zip(sets[0][:n], sets[1][:n]) for p in pair]
+
+
 def missing(*paths: pathlib.Path) -> bool:
     """True (after one error line) when a fixture directory is missing."""
     for path in paths:
