@@ -113,44 +113,6 @@ def test_cost_table_prices_by_target_rows(tmp_path):
     assert d.k_i == {"a": 0, "b": 0}
 
 
-def test_a_cost_table_prices_the_step_at_its_own_drafter_width(tmp_path):
-    """A calibrated table's point at T rows is a uniform step (drafter width (T - B) / B); a
-    step whose deepest request drafts D runs D passes, each priced by the online model.
-    Truth: ms = 10 + 0.5 T + 3 D B; at batch 2 the table holds its uniform points (4 + 3.5 T).
-    One confident and one hopeless request: with the passes unpriced (no step times yet) the
-    confident one drafts deep alone, priced as a uniform step of the same rows (width 1-2
-    where it runs 3-4); once the online model has measured the passes (6 ms each at batch 2)
-    the width is priced and drafting does not pay."""
-    from vllm_hust_vspec.adaptive.policies.budget import _TableAtWidth
-    rows = range(2, 2 * (KMAX + 1) + 1)
-    path = _table(tmp_path, {str(t): (3.5 * (t - 2)) / 1e3 for t in rows})  # 10 ms + 3.5 a row
-    conf = np.array([[0.99] * KMAX, [0.05] * KMAX])
-    ctx = _ctx(accept=0.8)
-    ctx.cost = StepCostModel()  # no step times yet: the table alone
-    pol = _warm(make_policy(f"budget:{path}", KMAX))
-    d = pol.decide(BatchView(0, ("a", "b"), confidences=conf), ctx)
-    assert d.k_i["a"] >= 3 and d.k_i["b"] == 0 and "cost table:" in d.reason
-    assert d.est_cost_ms == pytest.approx(10 + 3.5 * d.k_i["a"])
-    for b, t, dd in [(b, b * (k + 1), k) for b in (1, 2, 4) for k in range(KMAX + 1)]:
-        ctx.cost.add(b, t, dd, 10 + 0.5 * t + 3.0 * dd * b)
-    assert ctx.cost.draft_pass_ms(2) == pytest.approx(6.0, rel=0.05)
-    pol = _warm(make_policy(f"budget:{path}", KMAX))
-    d = pol.decide(BatchView(0, ("a", "b"), confidences=conf), ctx)
-    assert d.k == 0 and d.k_i == {"a": 0, "b": 0}
-    assert "ms a drafter pass" in d.reason
-    # a uniform step is the table's own point: nothing added; each pass beyond it: one unit
-    table = pol.table
-    priced = _TableAtWidth(table, 6.0, 0)
-    for k in range(KMAX + 1):
-        assert priced.predict(2, 2 * (k + 1), k) == pytest.approx(table.predict(2, 2 * (k + 1), k))
-    assert priced.predict(2, 4, 3) == pytest.approx(table.predict(2, 4, 3) + 2 * 6.0)
-    grid = priced.predict_grid(2, np.array([[4], [6]]), np.array([[1, 3]]))
-    assert grid.ravel().tolist() == pytest.approx([table.predict(2, 4, 1), table.predict(2, 4, 3) + 12.0,
-                                                   table.predict(2, 6, 1), table.predict(2, 6, 3) + 6.0])
-    # drafter passes at K = 0 (draft_min_steps): the table's width never falls below them
-    assert _TableAtWidth(table, 6.0, 1).predict(2, 2, 1) == pytest.approx(table.predict(2, 2, 1))
-
-
 def test_bad_cost_table_is_refused(tmp_path):
     path = tmp_path / "bad.json"
     path.write_text(json.dumps({"cost_model": "sps"}))

@@ -313,10 +313,8 @@ class CostTable:
 
     def predict(self, batch: int, verify_tokens: int, draft_passes: int) -> float | None:
         """The step-cost protocol (:class:`~.stepcost.StepCost`): :meth:`step_ms`, None outside
-        the calibrated buckets.  A full-step cost by rows: the drafter passes do not change
-        it.  The start-up calibration measures uniform steps (one K for the batch), so on a
-        host whose drafter runs ``max K_i`` passes the point at ``T = B (w + 1)`` holds the
-        drafter at width ``w``; ``budget`` adds the passes beyond it (its ``_TableAtWidth``)."""
+        the calibrated buckets.  A full-step cost: the drafter passes do not change it (the
+        table is measured with the drafter at its full ``draft_width``)."""
         if not self.model.covers(batch, verify_tokens):
             return None
         return self.model.step_ms(batch, verify_tokens)

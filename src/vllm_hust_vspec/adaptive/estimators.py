@@ -611,15 +611,6 @@ class StepCostModel:
         )
         return self._corrected(batch, verify_tokens, draft_steps, model)
 
-    def draft_pass_ms(self, batch: int) -> float | None:
-        """What one drafter pass adds to a step of ``batch`` requests, by the fitted roofline
-        (None until :attr:`ready`)."""
-        if not self.ensure_fitted():
-            return None
-        _, _, cp, cd = self.coef
-        b0 = self.knees[1]
-        return cp + cd * (batch if batch > b0 else b0)
-
     def predict_grid(
         self, batch: int, verify_tokens: np.ndarray | Sequence[int], draft_passes: np.ndarray | Sequence[int]
     ) -> np.ndarray | None:

@@ -10,9 +10,8 @@ step:
 * :class:`~.estimators.StepCostModel`: the online roofline the controller fits to the
   measured steps (None until it has samples);
 * :class:`~.costmodel.CostTable`: the start-up cost table, full-step cost by (B, T) (the
-  drafter passes do not change it: its points are uniform steps, the drafter at width
-  ``(T - B) / B``; ``budget`` prices the passes beyond that; None outside the calibrated
-  buckets);
+  drafter passes do not change it: DSpark's drafter always runs its full depth; None
+  outside the calibrated buckets);
 * :class:`~.simulate.CostSpec`: the simulator trace header's roofline (also what
   :func:`~vllm_hust_vspec.runtime.sim_trace.fit_cost` fits, as a ``CostSpec`` dict);
 * :class:`~.profile.Profile`: an offline latency profile (its context-length term at 0).

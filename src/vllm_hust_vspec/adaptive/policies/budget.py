@@ -15,22 +15,14 @@ All ``(request, position)`` slots are admitted globally in order of decreasing s
 ``B + sum of their survivals`` tokens. The policy picks the budget with the most expected
 committed tokens per ms of step cost, from the cost table when one is configured
 (``budget:PATH`` or ``cost_table``; full-step cost by (B, G = T) as in DSpark, whose drafter
-always runs its full depth, the table's ``draft_width``; on vLLM see below), else from the
-controller's online step-cost model; both through the step-cost protocol (:mod:`..stepcost`).
+always runs its full depth, the table's ``draft_width``), else from the controller's online
+step-cost model; both through the step-cost protocol (:mod:`..stepcost`).
 
 On hosts where the drafter runs only ``max K_i`` passes (vLLM; the online model prices
 ``D = max(K, draft_min_steps)`` passes for the whole batch) one deep slot makes every
 request pay for the extra passes, so the admission is done under every draft-depth cap
-``D = 0..kmax`` (slots deeper than ``D`` skipped) and the best (cap, budget) pair wins.
-A cost table measured on such a host (the start-up calibration forces a uniform K at each
-point, so its point at ``T = B (w + 1)`` holds the drafter at width ``w``) prices a step of
-``T`` rows as if its drafter ran ``(T - B) / B`` passes; a step whose deepest request drafts
-``D`` runs ``D``, and each pass more costs what the online model says a pass costs at this
-batch (:meth:`~..estimators.StepCostModel.draft_pass_ms`): :class:`_TableAtWidth` adds it
-(on vLLM's V1 runner with DSpark at batch 4 a drafter row, B x D, cost 0.62 ms and a
-verified row 0.17: docs/controller.md).  Until the online model has step times, or where its passes cost
-nothing (a drafter that always runs its full depth, as DSpark's own), the table's price
-stands and the plain DSpark rule results.
+``D = 0..kmax`` (slots deeper than ``D`` skipped) and the best (cap, budget) pair wins; with a
+cost table the cap does not change the cost and the plain DSpark rule results.
 ``K_i`` = admitted slots of request ``i``; ``K = max K_i``.
 
 The selection is a histogram: every slot falls into one of ``LEVELS`` = 64 survival levels
@@ -184,17 +176,10 @@ class BudgetPolicy(Policy):
 
     def _pricing(self, ctx: PolicyContext, b: int) -> tuple[StepCost, str]:
         """The step-cost model that prices a batch of ``b`` and its name for the reasons: the
-        cost table where it prices the batch (checked on the step that drafts nothing), at
-        the step's own drafter width where the online model prices a drafter pass (see the
-        module docstring), else the online model (whose prices are None until it has step
-        times)."""
+        cost table where it prices the batch (checked on the step that drafts nothing), else
+        the online model (whose prices are None until it has step times)."""
         table = self.table
         if table is not None and table.predict(b, b, 0) is not None:
-            per_pass = getattr(ctx.cost, "draft_pass_ms", None)
-            unit = per_pass(b) if per_pass is not None else None
-            if unit is not None and math.isfinite(unit) and unit > 0:
-                return (_TableAtWidth(table, unit, ctx.cost.draft_min_steps),
-                        f"cost table + {unit:.3g} ms a drafter pass")
             return table, "cost table"
         return ctx.cost, "online model" if table is None else "online model (batch outside the cost table)"
 
@@ -442,31 +427,6 @@ class BudgetPolicy(Policy):
             "cost": "cost table" if self.table is not None else "online model",
             "cost_table": None if self.table is None else self.table.source,
         }
-
-
-class _TableAtWidth:
-    """A cost table's price of ``verify_tokens`` rows (a uniform point: its drafter at width
-    ``(T - B) / B``) plus ``unit`` ms for each drafter pass the step runs beyond that width
-    (the step-cost protocol, :mod:`..stepcost`)."""
-
-    __slots__ = ("table", "unit", "dmin")
-
-    def __init__(self, table: CostTable, unit: float, dmin: int) -> None:
-        self.table, self.unit, self.dmin = table, unit, dmin
-
-    def predict(self, batch: int, verify_tokens: int, draft_passes: int, /) -> float | None:
-        ms = self.table.predict(batch, verify_tokens, draft_passes)
-        if ms is None:
-            return None
-        width = max((verify_tokens - batch) / batch, self.dmin)
-        return ms + self.unit * max(draft_passes - width, 0.0)
-
-    def predict_grid(self, batch: int, verify_tokens: np.ndarray, draft_passes: np.ndarray, /) -> np.ndarray | None:
-        ms = predict_grid(self.table, batch, verify_tokens, draft_passes)
-        if ms is None:
-            return None
-        width = np.maximum((np.asarray(verify_tokens, dtype=float) - batch) / batch, self.dmin)
-        return ms + self.unit * np.maximum(np.asarray(draft_passes, dtype=float) - width, 0.0)
 
 
 def _rows_from_mapping(conf: Mapping[str, Any], req_ids: tuple[str, ...], kmax: int) -> np.ndarray:
