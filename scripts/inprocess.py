@@ -3,30 +3,29 @@ directories they need, and the environment of an in-process engine with the plug
 
 from __future__ import annotations
 
-import json
 import os
 import pathlib
 import sys
 
 
+def _prompt_texts(fixtures: pathlib.Path, kind: str) -> list[str]:
+    """One fixture prompt set's texts, read by ``bench ab``'s loader (one clear error naming
+    the file for a missing or malformed set)."""
+    from vllm_hust_vspec.tools.bench_workloads import load_prompt_set
+
+    return [p.text for p in load_prompt_set(fixtures / "prompts" / f"{kind}.jsonl", kind)]
+
+
 def fixture_prompts(fixtures: pathlib.Path) -> list[str]:
     """The fixture's code prompts, then its prose prompts."""
-    out: list[str] = []
-    for kind in ("code", "prose"):
-        text = (fixtures / "prompts" / f"{kind}.jsonl").read_text()
-        out += [json.loads(line)["prompt"] for line in text.splitlines() if line.strip()]
-    return out
+    return _prompt_texts(fixtures, "code") + _prompt_texts(fixtures, "prose")
 
 
 def mixed_prompts(fixtures: pathlib.Path) -> list[str]:
     """The fixture's code and hard prompts alternating, so every batch holds easy and hard
     requests (``bench ab``'s ``mixed`` workload)."""
-    sets = []
-    for kind in ("code", "hard"):
-        text = (fixtures / "prompts" / f"{kind}.jsonl").read_text()
-        sets.append([json.loads(line)["prompt"] for line in text.splitlines() if line.strip()])
-    n = min(len(s) for s in sets)
-    return [p for pair in zip(sets[0][:n], sets[1][:n]) for p in pair]
+    pairs = zip(_prompt_texts(fixtures, "code"), _prompt_texts(fixtures, "hard"))
+    return [p for pair in pairs for p in pair]
 
 
 def missing(*paths: pathlib.Path) -> bool:
