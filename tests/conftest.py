@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import pathlib
 import socket
+import tempfile
 
 import pytest
 
@@ -15,6 +17,48 @@ from vllm_hust_vspec.tools.fixture_dir import fixtures_dir as fixtures_dir_path
 # if any earlier test in this process loaded the standard library's distutils.  Use the stdlib
 # copy throughout, so in-process engines do not depend on which tests ran before them.
 os.environ.setdefault("SETUPTOOLS_USE_DISTUTILS", "stdlib")
+
+# Under pytest-xdist (./manage.sh test runs one worker a core), each worker's engines compute
+# on a core of their own: vLLM's CPU platform pins an engine's compute threads to the last
+# core by default ("auto"), so two workers' engines would share one core and leave the other
+# idle. The worker's index picks its core; a binding set by the caller stands.
+# In-process engines (VLLM_ENABLE_V1_MULTIPROCESSING=0) are not bound and keep torch's
+# default of one thread a core: two workers' engines would run four spinning OpenMP threads
+# on two cores, so a worker's torch runs one thread, as a served engine does.
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+if _WORKER.startswith("gw"):
+    if "VLLM_CPU_OMP_THREADS_BIND" not in os.environ:
+        os.environ["VLLM_CPU_OMP_THREADS_BIND"] = str(int(_WORKER[2:]) % (os.cpu_count() or 1))
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+def _lock(name: str) -> pathlib.Path:
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID", "serial")
+    return pathlib.Path(tempfile.gettempdir()) / f"vllm-hust-vspec-pytest-{run}.{name}"
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    """Under pytest-xdist, a test marked ``exclusive`` (its figure is a wall time that a second
+    engine on the machine would move) runs while no other worker runs a test: a readers-writer
+    lock over the workers (flock), every other test a reader, with a turnstile so that a
+    waiting exclusive test is not starved. Setup and teardown of the item are inside the lock,
+    so a module fixture's server starts and stops under it too."""
+    if not _WORKER:
+        return (yield)
+    exclusive = item.get_closest_marker("exclusive") is not None
+    with open(_lock("turnstile"), "a") as turnstile, open(_lock("rw"), "a") as rw:
+        fcntl.flock(turnstile, fcntl.LOCK_EX)
+        if exclusive:
+            fcntl.flock(rw, fcntl.LOCK_EX)
+            fcntl.flock(turnstile, fcntl.LOCK_UN)
+        else:
+            fcntl.flock(turnstile, fcntl.LOCK_UN)
+            fcntl.flock(rw, fcntl.LOCK_SH)
+        try:
+            return (yield)
+        finally:
+            fcntl.flock(rw, fcntl.LOCK_UN)
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 

@@ -356,7 +356,11 @@ def test_dry_run_of_the_dev_commands() -> None:
     assert "scripts/build_fixtures.py" in proc.stderr
     proc = sh("--dry-run", "test", "-k", "nothing")
     assert proc.returncode == 0, proc.stderr
-    assert re.search(r"\+ \S+/python -m pytest -k nothing$", proc.stderr, re.M)
+    assert re.search(r"\+ \S+/python -m pytest -n [1-4] --dist loadfile -k nothing$", proc.stderr,
+                     re.M)
+    proc = sh("--dry-run", "test", "-k", "nothing", env={"VSPEC_TEST_WORKERS": "1"})
+    assert re.search(r"\+ \S+/python -m pytest -n 1 --dist loadfile -k nothing$", proc.stderr,
+                     re.M), proc.stderr
 
 
 @pytest.mark.parametrize("args,message", [

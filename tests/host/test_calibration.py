@@ -29,7 +29,7 @@ from plugin_helpers import (
     runtime_of,
 )
 
-pytestmark = [pytest.mark.host]
+pytestmark = [pytest.mark.host, pytest.mark.exclusive]  # the held-out error is a wall-time figure
 
 KMAX = 2
 MAX_TOKENS = 32

@@ -26,7 +26,7 @@ from plugin_helpers import (
 )
 from vllm_hust_vspec.startup_cost import probe
 
-pytestmark = [pytest.mark.host]
+pytestmark = [pytest.mark.host, pytest.mark.exclusive]  # the probe's fit is checked against wall times
 
 KMAX = 2
 MAX_NUM_SEQS = 8

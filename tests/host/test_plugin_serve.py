@@ -53,7 +53,8 @@ import requests
 
 from plugin_helpers import load_prompts, read_decisions
 
-pytestmark = [pytest.mark.host, pytest.mark.slow]
+# exclusive: what the controller chooses follows the step times it measures (the table above)
+pytestmark = [pytest.mark.host, pytest.mark.slow, pytest.mark.exclusive]
 
 KMAX = 4
 HARD_CONCURRENCY = 16  # the hard phase: batch 16, compute-bound

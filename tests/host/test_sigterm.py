@@ -105,10 +105,12 @@ def _stop_during_startup(server: Server, table: pathlib.Path, how: str, during: 
     assert not list(table.parent.glob("table.json*")), list(table.parent.iterdir())
 
 
+@pytest.mark.exclusive
 @pytest.mark.parametrize(("how", "during"), [("ctrl-c", "cost probe"), ("sigterm", "calibration")])
 def test_a_stop_during_startup_calibration_leaves_nothing(fixtures_dir, tmp_path, how, during):
-    """One server at a time: two servers measuring at once on this 2-core machine slow each
-    other's steps so much that the engine core's stop can miss the launcher's 10 s (seen)."""
+    """One server at a time (``exclusive`` under pytest-xdist too): two servers measuring at
+    once on this 2-core machine slow each other's steps so much that the engine core's stop
+    can miss the launcher's 10 s (seen)."""
     _stop_during_startup(*_startup_server(fixtures_dir, tmp_path, during), how, during)
 
 
