@@ -121,6 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     if missing(target, head):
         return 2
     plugin_engines(2)
+    import torch
     from vllm import LLM
 
     spec = {"method": "draft_model" if args.method == "draft" else "eagle", "model": str(head),
@@ -171,7 +172,8 @@ def main(argv: list[str] | None = None) -> int:
              "max_wait_steps": args.max_wait_steps, "requests": args.requests,
              "rate": args.rate, "burstiness": args.burstiness,
              "max_num_seqs": args.max_num_seqs, "max_tokens": args.max_tokens,
-             "ratios": table, "runs": runs, "load_average": loads}, indent=2))
+             "ratios": table, "runs": runs, "load_average": loads,
+             "torch_threads": torch.get_num_threads()}, indent=2))
     return 0
 
 

@@ -105,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         from cpu_async import async_scheduling_on_cpu  # the imitation of CUDA streams/events
     else:
         async_scheduling_on_cpu = contextlib.nullcontext
+    import torch
     from vllm import LLM, SamplingParams
 
     common = dict(model=str(model), dtype="float32", max_model_len=1024,
@@ -175,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
             {"method": args.method, "gamma": args.gamma, "async_scheduling": asynchronous,
              "prompts": args.prompts,
              "max_tokens": args.max_tokens, "calls": args.calls, "ratios": table,
-             "load_average": loads}, indent=2))
+             "load_average": loads, "torch_threads": torch.get_num_threads()}, indent=2))
     return 0
 
 

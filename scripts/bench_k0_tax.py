@@ -56,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     plugin_engines(1, adaptive_policy="fixed", adaptive_fixed_gamma="0",
                    adaptive_k0_drafter=args.k0_drafter)
+    import torch
     from vllm import LLM, SamplingParams
 
     common = dict(model=str(model), dtype="float32", max_model_len=1024,
@@ -105,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         pathlib.Path(args.json).write_text(json.dumps(
             {"method": args.method, "k0_drafter": args.k0_drafter,
              "max_tokens": args.max_tokens, "calls": args.calls,
+             "torch_threads": torch.get_num_threads(),
              "ratios": table, "load_average": loads}, indent=2))
     return 0
 

@@ -40,11 +40,21 @@ def missing(*paths: pathlib.Path) -> bool:
 
 def plugin_engines(kv_cache_gib: int, **plugin: str) -> None:
     """Engines built after this run in this process (no engine-core subprocess), offline,
-    with ``kv_cache_gib`` GiB of KV cache, and with the plugin enabled and registered with
-    ``plugin`` as its ``HUST_VSPEC_<NAME>`` settings (its summary log line off)."""
+    with ``kv_cache_gib`` GiB of KV cache, on one torch thread, and with the plugin enabled
+    and registered with ``plugin`` as its ``HUST_VSPEC_<NAME>`` settings (its summary log
+    line off).
+
+    One thread (``OMP_NUM_THREADS`` set by the caller stands): a served engine computes on one
+    thread (vLLM sets it for serving), while an in-process engine keeps torch's default of one
+    a core, whose spinning OpenMP threads held the load average at 2 on a 2-core machine
+    whatever the script did, so no run could show a quiet machine."""
     for k, v in {"VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib),
-                 "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "HF_HUB_OFFLINE": "1"}.items():
+                 "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "HF_HUB_OFFLINE": "1",
+                 "OMP_NUM_THREADS": "1"}.items():
         os.environ.setdefault(k, v)
+    import torch
+
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
     os.environ.update({"HUST_VSPEC_ENABLED": "1", "HUST_VSPEC_ADAPTIVE_LOG_INTERVAL": "0"})
     os.environ.update({f"HUST_VSPEC_{k.upper()}": v for k, v in plugin.items()})
     import vllm_hust_vspec
