@@ -17,7 +17,8 @@
 #                              Extension Manager commands: delegated to vllm-hust-ext when installed;
 #                              without it validate/inspect/check/plan/render answer from the manifest
 #                              check, the doctor and the launcher dry-run, the others fail.
-# Env: VSPEC_DIST_DIR (default dist/), VSPEC_VLLM_ROOT (doctor --vllm-root for check).
+# Env: VSPEC_DIST_DIR (default dist/), VSPEC_VLLM_ROOT (doctor --vllm-root for check),
+#      VSPEC_TEST_WORKERS (test: pytest-xdist workers, default one a core, at most 4).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -145,6 +146,12 @@ cmd_fixtures() {
 }
 
 cmd_test() {
+    # one pytest-xdist worker a core (at most 4: each holds its own engines), a test file per
+    # worker (module fixtures start their servers once); tests marked exclusive run alone
+    # (tests/conftest.py). A later -n in ARGS wins (-n 0: one process).
+    local workers="${VSPEC_TEST_WORKERS:-$(nproc)}"
+    [[ "$workers" =~ ^[0-9]+$ ]] || die "VSPEC_TEST_WORKERS='$workers' is not a number of workers (0: one process)"
+    (( workers > 4 )) && workers=4
     cmd_install_dev
     local dir
     dir="$(cmd_fixtures | tail -n 1)"
@@ -152,11 +159,6 @@ cmd_test() {
     [[ -d "$dir" ]] || die "fixture build did not print a directory (got '$dir')"
     say "fixtures: $dir"
     export VSPEC_FIXTURES="$dir"
-    # one pytest-xdist worker a core (at most 4: each holds its own engines), a test file per
-    # worker (module fixtures start their servers once); tests marked exclusive run alone
-    # (tests/conftest.py). A later -n in ARGS wins (-n 0: one process).
-    local workers="${VSPEC_TEST_WORKERS:-$(nproc)}"
-    (( workers > 4 )) && workers=4
     run "$VENV/bin/python" -m pytest -n "$workers" --dist loadfile "$@"
 }
 

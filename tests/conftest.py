@@ -33,7 +33,7 @@ if _WORKER.startswith("gw"):
 
 
 def _lock(name: str) -> pathlib.Path:
-    run = os.environ.get("PYTEST_XDIST_TESTRUNUID", "serial")
+    run = os.environ["PYTEST_XDIST_TESTRUNUID"]  # the same in every worker of one run
     return pathlib.Path(tempfile.gettempdir()) / f"vllm-hust-vspec-pytest-{run}.{name}"
 
 

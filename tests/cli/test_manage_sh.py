@@ -361,6 +361,10 @@ def test_dry_run_of_the_dev_commands() -> None:
     proc = sh("--dry-run", "test", "-k", "nothing", env={"VSPEC_TEST_WORKERS": "1"})
     assert re.search(r"\+ \S+/python -m pytest -n 1 --dist loadfile -k nothing$", proc.stderr,
                      re.M), proc.stderr
+    proc = sh("--dry-run", "test", "-k", "nothing", env={"VSPEC_TEST_WORKERS": "two"})
+    assert proc.returncode == 1, proc.stderr
+    assert "-m pytest" not in proc.stderr and "build_fixtures" not in proc.stderr  # before anything
+    assert "error: VSPEC_TEST_WORKERS='two' is not a number of workers" in proc.stderr
 
 
 @pytest.mark.parametrize("args,message", [
