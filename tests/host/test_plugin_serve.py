@@ -179,6 +179,12 @@ def test_server_adapts_in_one_run(server_run):
           f"first half {_mean_k(hard[:len(hard) // 2]):.2f}, late {_mean_k(hard_late):.2f}, "
           f"K<=1 share late {low_share:.2f}; code: {len(code)} decisions, acceptance "
           f"{_acceptance(code, by_step):.2f}, mean K late {_mean_k(code_late):.2f}")
+    # what a failure needs to be understood (the trace is gone with the CI machine): the K
+    # and the reason of every code decision, with what the controller believed of each K
+    for d in code:
+        print(d["step"], d["k"], d["reason"], [round(x, 3) for x in d.get("est_goodput") or ()],
+              [round(x, 1) for x in d.get("est_costs") or ()],
+              [round(x, 2) for x in d.get("est_accept") or ()])
     # the situation is what the docstring says: hard drafts are rarely accepted, code ones are
     assert _acceptance(hard, by_step) < 0.3 < _acceptance(code, by_step)
     # K falls on hard prompts to the optimum, 0 (measured: K=0 beats every K >= 1 there),
