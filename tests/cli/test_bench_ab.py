@@ -285,6 +285,7 @@ def _procs_mentioning(text: str) -> list[int]:
     ([], ["--port", "9999"], "'--port'"),
     (["--concurrency", "0"], [], "--concurrency: 0 must be >= 1"),
     (["--swing-phases", "1,x"], [], "--swing-phases: 'x'"),
+    (["--quiet-load", "0"], [], "--quiet-load"),
     ([], ["--confidence-accept-margin", "2"], "lossy acceptance (margin2) changes the output"),
 ])
 def test_bad_input_one_error_nothing_started(fake, args, launcher, expect):
@@ -360,7 +361,8 @@ def test_minimal_real_ab(fixtures_dir, tmp_path):
     out = tmp_path / "ab"
     proc = real_ab(fixtures_dir, out, "--configs", "fixed:2,online", "--workloads",
                    "code,swing", "--concurrency", "2", "--swing-phases", "1,2",
-                   "--output-len", "12", "--requests-per-slot", "1", "--min-requests", "2")
+                   "--output-len", "12", "--requests-per-slot", "1", "--min-requests", "2",
+                   "--quiet-load", "1000")  # waits for nothing: the wiring runs
     lines = proc.stdout.strip().splitlines()
     assert lines[-1] == str(out / "results.json")
     assert sum(1 for line in lines if re.match(r"\[\d/2\] round 1/1 ", line)) == 2

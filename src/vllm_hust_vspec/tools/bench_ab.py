@@ -48,6 +48,7 @@ from . import bench_workloads as wl
 from .argtypes import positive_float as _positive_float
 from .argtypes import positive_int as _positive_int
 from .fixture_dir import fixtures_dir
+from .quiet import load_1m, wait_for_quiet
 from .bench_server import BaseLaunch, Server, ServerCommand, ServerError, resolve_base, server_command
 
 PROG = "vllm-hust-vspec-bench"
@@ -127,6 +128,12 @@ def add_ab_args(p: argparse.ArgumentParser) -> None:
                    help="Seconds a server may take to become ready (default %(default)s; a "
                         f"budget server that calibrates its cost table: at least "
                         f"{CALIBRATION_START_TIMEOUT:.0f}).")
+    p.add_argument("--quiet-load", type=_positive_float, default=None, metavar="LOAD",
+                   help="Before each server, wait until the machine's 1-minute load average is "
+                        "at most LOAD (at most --quiet-timeout seconds), so the load recorded "
+                        "before it is not the previous server's tail (default: no wait).")
+    p.add_argument("--quiet-timeout", type=_positive_float, default=300.0, metavar="S",
+                   help="The longest wait of --quiet-load (default %(default)s).")
     p.add_argument("--seed", type=int, default=0, help="Workload seed (default %(default)s).")
     p.add_argument("--dry-run", action="store_true",
                    help="Validate everything, print each configuration's server command and "
@@ -254,6 +261,8 @@ class _Plan:
         stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
         self.out = pathlib.Path(a.output_dir or f"vspec-ab-{stamp}").resolve()
         self.start_timeout = float(a.start_timeout)
+        self.quiet_load = a.quiet_load
+        self.quiet_timeout = float(a.quiet_timeout)
         self.warmup = int(a.warmup_requests)
         # every configuration's command, built once now so that bad input fails before any start
         self.preview = {c.name: self.command(c, PREVIEW_PORT, f"{c.name}-r1", preview=True)
@@ -434,6 +443,9 @@ def _run_config(plan: _Plan, config: cfgs.BenchConfig, rnd: int, warm: wl.Cell |
     cmd = plan.command(config, port, tag)
     if cmd.trace_file is not None:
         cmd.trace_file.parent.mkdir(parents=True, exist_ok=True)
+    if plan.quiet_load is not None:
+        wait_for_quiet(plan.quiet_load, plan.quiet_timeout,
+                       say=lambda m: bar.write(f"  [{tag}] {m}", file=sys.stdout))
     load = load_1m()  # before this server: what else the machine is doing
     started = time.monotonic()
     server = Server(cmd, port, out / "logs" / f"{tag}.server.log")
@@ -530,9 +542,3 @@ def _load_line(load: float | None) -> str:
     return f"Load average (1 min) before the first server: {load:.2f}.{verdict}\n\n"
 
 
-def load_1m() -> float | None:
-    """The machine's 1-minute load average now (None where the OS has none)."""
-    try:
-        return round(os.getloadavg()[0], 2)
-    except OSError:
-        return None

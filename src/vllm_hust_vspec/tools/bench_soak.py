@@ -533,7 +533,8 @@ def _table(results: list[dict[str, Any]]) -> str:
 def run_soak(a: argparse.Namespace, extra: Sequence[str]) -> int:
     import os
 
-    from .bench_ab import default_prompts_dir, load_1m
+    from .bench_ab import default_prompts_dir
+    from .quiet import load_1m
 
     policies = _policies(a.policies)
     _check_args(a)
