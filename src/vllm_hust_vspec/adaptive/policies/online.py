@@ -81,12 +81,12 @@ Decision rule, in order:
    does not change.  Why: a K tried one step at a time never fills its own cell, so its
    price stayed the roofline's and its error the roofline's misfit, and the hold lasted
    until a probe slot.  In a simulated run of ``tests/host/test_plugin_serve.py``'s two
-   phases (batch 16 at K = 0, then batch 1 where K = 4 is best; step times 5-30 % noisy,
-   the start-up probe's batch-1 price of K >= 2 true or 1.4x; 8 seeds each,
-   ``tests/unit/test_policies.py``) online's late mean K at batch 1 was below 1.75 on 15
-   of 48 runs (1.01 on 5) without this rule, the cost model's batch factor
+   phases (batch 16 at K = 0, then batch 1 where K = 4 is best; step times 15 or 30 %
+   noisy, the start-up probe's batch-1 price of K >= 2 true or 1.4x; 8 seeds each,
+   ``tests/unit/test_policies.py::_hard_then_code``) online's late mean K at batch 1 was
+   below 1.75 on 9 of 32 runs (1.01 on 5) without this rule, the cost model's batch factor
    (:meth:`~..estimators.StepCostModel.batch_factor`) and the acceptance counts' volume
-   cap, and at least 1.86 with them; a clean-clone
+   cap, and at least 1.86 with them (3.29 on average); a clean-clone
    CI run of that test held K = 1 on code (late mean K 1.27 where 1.75 is due).  Over the
    generated traces (``scripts/sim_table.py --seeds 8``) online / best fixed K stayed
    1.0115 on average (1.0117 before), every target met.
@@ -318,8 +318,9 @@ class OnlinePolicy(Policy):
 
     def _settle(self, n: int, b: int, ctx: PolicyContext) -> int | None:
         """Rule 5: the contender that rule 4 held the K against only by the estimates'
-        error, when its price is the less known of the two (its cell's error above the held
-        K's) and it was not settled in the last ``SETTLE_COOLDOWN`` decisions, else None."""
+        error, when its price is the less known of the two (its own cell has fewer served
+        samples than the held K's, and fewer than ``SETTLE_SAMPLES``) and it was not settled
+        in the last ``SETTLE_COOLDOWN`` decisions, else None."""
         best, self._contender = self._contender, None
         if best is None or ctx.exploration <= 0:
             return None
