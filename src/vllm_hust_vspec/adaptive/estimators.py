@@ -219,16 +219,16 @@ class AcceptanceEstimator:
         for j in range(self.kmax):
             t[j] = t[j] * d + tried[j]
             a[j] = a[j] * d + accepted[j]
+        # keep at most max_trials at position 1: memory follows the data volume, so a batch
+        # that shrank (or changed population) is tracked within a few steps ...
         cap = self.max_trials
         if self.kmax and tried[0] > 0:
             # ... and at most what 1 / weight steps of this step's volume hold: after a
             # batch of 16 (128 trials kept) a batch of 1 adds one trial a step, and the old
-            # counts outweighed it for ~60 steps (measured in the simulator of a served test:
+            # counts outweighed it for ~100 steps (in the simulator of a served test:
             # position 1 estimated 0.59 after 80 batch-1 steps that accepted 0.8)
-            cap = min(cap, tried[0] / (1.0 - d)) if d < 1.0 else cap
+            cap = min(cap, tried[0] / (1.0 - d))
         if self.kmax and t[0] > cap:
-            # keep at most max_trials at position 1: memory follows the data volume, so a
-            # batch that shrank (or changed population) is tracked within a few steps
             f = cap / t[0]
             for j in range(self.kmax):
                 t[j] *= f
@@ -443,6 +443,7 @@ class StepCostModel:
         self._seeded: list[bool] = []  # the cell holds seeded samples only (see seed())
         self._var: list[float] = []  # relative variance of the cell's step times (nan: n < 2)
         self._by_batch: dict[int, list[int]] = {}  # batch -> its cells' rows (batch_factor)
+        self._factor_memo: tuple[tuple, float] | None = None  # (state, batch_factor) of one call
         self.n = 0  # samples ever added
         self.n_seeded = 0  # of which seeded (measured before serving, see seed())
         self._since_fit = 0
@@ -613,19 +614,24 @@ class StepCostModel:
         rows = self._by_batch.get(batch)
         if not rows or not self.fitted:
             return 1.0
-        n_last = self.n - 1
-        cap, window = self.cell_cap, self.window
-        kt, kd, ms, cnt, last = self._kt, self._kd, self._ms, self._cnt, self._last
+        # the same batch, samples, cells and fit give the same factor: the Ks priced in one
+        # decision (predict_uniform) share one pass over the batch's cells
+        state = (batch, self.n, len(self._ms), self.coef, self.knees)
+        memo = self._factor_memo
+        if memo is not None and memo[0] == state:
+            return memo[1]
+        kt, kd, ms = self._kt, self._kd, self._ms
         num = wsum = 0.0
         for i in rows:
             model = self._roofline(batch, kt[i], kd[i])
             if model <= 0.0 or ms[i] <= 0.0:
                 continue
-            n = cnt[i] if cnt[i] < cap else cap
-            w = n * 2.0 ** (-(n_last - last[i]) / window)
+            w = self._cell_weight(i)
             num += w * math.log(ms[i] / model)
             wsum += w
-        return math.exp(num / (wsum + self.cell_prior)) if wsum > 0.0 else 1.0
+        factor = math.exp(num / (wsum + self.cell_prior)) if wsum > 0.0 else 1.0
+        self._factor_memo = (state, factor)
+        return factor
 
     def _corrected(self, batch: int, t: int, d: int, model: float) -> float:
         """Blend the model with the cell's own recent mean where the cell has data; a cell
@@ -645,20 +651,21 @@ class StepCostModel:
         out = []
         for k in ks:
             i = self._cells.get((batch, batch * (1 + k), k if k > dmin else dmin))
-            if i is None or self._seeded[i]:
-                out.append(0.0)
-                continue
-            n = self._cnt[i] if self._cnt[i] < self.cell_cap else self.cell_cap
-            out.append(n * 2.0 ** (-((self.n - 1) - self._last[i]) / self.window))
+            out.append(0.0 if i is None or self._seeded[i] else self._cell_weight(i))
         return out
+
+    def _cell_weight(self, i: int) -> float:
+        """Cell ``i``'s fit weight: its count capped at ``cell_cap``, aged with the
+        half-life ``window`` (:meth:`_weights` for one cell)."""
+        n = self._cnt[i]
+        if n > self.cell_cap:
+            n = self.cell_cap
+        return n * 2.0 ** (-((self.n - 1) - self._last[i]) / self.window)
 
     def _cell_share(self, i: int) -> float:
         """The share of cell ``i``'s own mean in its price: its fit weight (count capped,
         aged) against ``cell_prior``."""
-        n = self._cnt[i]
-        if n > self.cell_cap:
-            n = self.cell_cap
-        w = n * 2.0 ** (-((self.n - 1) - self._last[i]) / self.window)
+        w = self._cell_weight(i)
         return w / (w + self.cell_prior)
 
     def predict(self, batch: int, verify_tokens: int, draft_steps: int) -> float | None:
@@ -667,14 +674,8 @@ class StepCostModel:
         self._maybe_fit()
         if not self.fitted:
             return None
-        c0, ct, cp, cd = self.coef
-        t0, b0 = self.knees
-        model = (
-            c0
-            + ct * (verify_tokens if verify_tokens > t0 else t0)
-            + draft_steps * (cp + cd * (batch if batch > b0 else b0))
-        )
-        return self._corrected(batch, verify_tokens, draft_steps, model)
+        return self._corrected(batch, verify_tokens, draft_steps,
+                               self._roofline(batch, verify_tokens, draft_steps))
 
     def predict_grid(
         self, batch: int, verify_tokens: np.ndarray | Sequence[int], draft_passes: np.ndarray | Sequence[int]
@@ -726,21 +727,11 @@ class StepCostModel:
         t0, b0 = self.knees
         dmin = self.draft_min_steps
         draft_unit = cp + cd * (batch if batch > b0 else b0)
-        cells = self._cells
-        factor = None
         out = []
         for k in ks:
             t = batch * (1 + k)
             d = k if k > dmin else dmin
-            model = c0 + ct * (t if t > t0 else t0) + d * draft_unit
-            i = cells.get((batch, t, d))
-            if i is None or self._seeded[i]:  # no served step times: the batch's factor
-                if factor is None:
-                    factor = self.batch_factor(batch)
-                model *= factor
-            if i is not None:
-                model += (self._ms[i] - model) * self._cell_share(i)
-            out.append(model)
+            out.append(self._corrected(batch, t, d, c0 + ct * (t if t > t0 else t0) + d * draft_unit))
         return out
 
     def noise(self) -> float:

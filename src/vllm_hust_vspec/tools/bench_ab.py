@@ -443,10 +443,12 @@ def _run_config(plan: _Plan, config: cfgs.BenchConfig, rnd: int, warm: wl.Cell |
     cmd = plan.command(config, port, tag)
     if cmd.trace_file is not None:
         cmd.trace_file.parent.mkdir(parents=True, exist_ok=True)
+    # before this server: what else the machine is doing (with --quiet-load, once it is quiet)
     if plan.quiet_load is not None:
-        wait_for_quiet(plan.quiet_load, plan.quiet_timeout,
-                       say=lambda m: bar.write(f"  [{tag}] {m}", file=sys.stdout))
-    load = load_1m()  # before this server: what else the machine is doing
+        load, _ = wait_for_quiet(plan.quiet_load, plan.quiet_timeout,
+                                 say=lambda m: bar.write(f"  [{tag}] {m}", file=sys.stdout))
+    else:
+        load = load_1m()
     started = time.monotonic()
     server = Server(cmd, port, out / "logs" / f"{tag}.server.log")
     with server:

@@ -144,7 +144,6 @@ class OnlinePolicy(Policy):
         self._warm_order: list[int] | None = None
         self._measured_at: dict[int, int] = {}  # K -> decision index of its last measurement
         self._measuring: int | None = None  # a two-step measurement: its second step's K
-        self._contender: int | None = None  # rule 4 held the K against it, inside the error
         self._settled_at: dict[int, int] = {}  # K -> decision index of its last settling
 
     # -- helpers
@@ -222,8 +221,8 @@ class OnlinePolicy(Policy):
             lo = self.candidates[0]
             gp = [g if k == 0 else g * costs[k - lo] / (costs[k - lo] + resume / RESUME_HORIZON)
                   for k, g in enumerate(gp, lo)]
-        k, reason = self._exploit(gp, ctx, b)
-        settle = self._settle(n, b, ctx)
+        k, reason, contender = self._exploit(gp, ctx, b)
+        settle = self._settle(n, b, ctx, contender)
         if settle is not None:
             # rule 5: the held K won only by the error of a less known contender: time it
             self._settled_at[settle] = n
@@ -316,12 +315,11 @@ class OnlinePolicy(Policy):
         price = ctx.catch_up.price(tokens)
         return 0.0 if price is None else price
 
-    def _settle(self, n: int, b: int, ctx: PolicyContext) -> int | None:
-        """Rule 5: the contender that rule 4 held the K against only by the estimates'
-        error, when its price is the less known of the two (its own cell has fewer served
-        samples than the held K's, and fewer than ``SETTLE_SAMPLES``) and it was not settled
-        in the last ``SETTLE_COOLDOWN`` decisions, else None."""
-        best, self._contender = self._contender, None
+    def _settle(self, n: int, b: int, ctx: PolicyContext, best: int | None) -> int | None:
+        """Rule 5: ``best``, the contender that rule 4 held the K against only by the
+        estimates' error (None: none), when its price is the less known of the two (its own
+        cell has fewer served samples than the held K's, and fewer than ``SETTLE_SAMPLES``)
+        and it was not settled in the last ``SETTLE_COOLDOWN`` decisions, else None."""
         if best is None or ctx.exploration <= 0:
             return None
         if n - self._settled_at.get(best, -SETTLE_COOLDOWN) < SETTLE_COOLDOWN:
@@ -332,10 +330,12 @@ class OnlinePolicy(Policy):
         n_held, n_best = samples(b, (self.held, best))
         return best if n_best < SETTLE_SAMPLES and n_best < n_held else None
 
-    def _exploit(self, gp: list[float], ctx: PolicyContext, b: int) -> tuple[int, str]:
+    def _exploit(self, gp: list[float], ctx: PolicyContext,
+                 b: int) -> tuple[int, str, int | None]:
         """Rule 4: K (and the reason) from the goodput of every candidate; moves the held K
-        only past the hysteresis and past the estimates' own error (:meth:`_error`)."""
-        self._contender = None
+        only past the hysteresis and past the estimates' own error (:meth:`_error`).  The
+        third item is the better-predicted K held off only by that error (rule 5), else
+        None."""
         held = self.held
         lo = self.candidates[0]
         best_i = 0
@@ -347,14 +347,13 @@ class OnlinePolicy(Policy):
         best = best_i + lo
         g_held = gp[held - lo]
         if best == held:
-            return held, f"best k={best} {best_g:.4g} tok/ms"
+            return held, f"best k={best} {best_g:.4g} tok/ms", None
         if best_g > g_held * (1.0 + ctx.hysteresis):
             gain = best_g / g_held - 1.0 if g_held > 0 else math.inf
             error = self._error(ctx, b, held, best)
             if math.log1p(gain) <= error:
-                self._contender = best
                 return held, (f"hold k={held}: best k={best} +{gain:.1%} within the "
-                              f"estimates' error {math.expm1(error):.1%}")
+                              f"estimates' error {math.expm1(error):.1%}"), best
             step = ctx.max_gamma_step
             k = best if abs(best - held) <= step else held + (step if best > held else -step)
             if k == best:
@@ -362,9 +361,9 @@ class OnlinePolicy(Policy):
             else:
                 reason = f"step {held}->{k} toward {best} (+{gain:.1%})"
             self.held = k
-            return k, reason
+            return k, reason, None
         gain = best_g / g_held - 1.0 if g_held > 0 else 0.0
-        return held, f"hold k={held}: best k={best} only +{gain:.1%}"
+        return held, f"hold k={held}: best k={best} only +{gain:.1%}", None
 
     @staticmethod
     def _error(ctx: PolicyContext, b: int, held: int, best: int) -> float:
