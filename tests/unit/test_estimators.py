@@ -271,6 +271,37 @@ def test_a_k_whose_own_cell_was_never_served_is_priced_with_its_batchs_factor():
     assert m.predict(1, 4, 3) == pytest.approx(pred[2])
 
 
+# the step-cost model's cells at the 33rd decision of the first online server of a ``bench
+# ab`` run at concurrency 16 (target-large + draft, CPU host; the start-up probe's 15 seeded
+# points and 18 served steps): (batch, verify tokens, drafter passes, ms, seeded, samples)
+_BENCH_AB_CELLS = [
+    (1, 1, 0, 17.3, True, 1), (1, 2, 1, 21.7, True, 1), (1, 3, 2, 25.5, True, 1),
+    (1, 4, 3, 28.7, True, 1), (1, 5, 4, 31.5, True, 1), (4, 12, 2, 38.0, True, 1),
+    (4, 16, 3, 47.4, True, 1), (4, 20, 4, 54.5, True, 1), (16, 32, 1, 69.1, True, 1),
+    (16, 48, 2, 96.0, True, 1), (16, 64, 3, 122.6, True, 1), (16, 80, 4, 147.7, True, 1),
+    (2, 4, 1, 36.8, False, 1), (3, 6, 1, 41.0, False, 1), (4, 4, 0, 39.7, False, 1),
+    (4, 20, 0, 56.9, False, 1), (4, 8, 1, 38.0, False, 1), (16, 32, 0, 72.8, False, 1),
+    (16, 16, 0, 51.3, False, 12),
+]
+
+
+def test_the_fit_is_the_least_squares_over_every_coefficient_subset():
+    """Where the full roofline is feasible (no negative coefficient) only at degenerate
+    knees, a smaller model that fits far better must win: the fit that stopped at the
+    largest feasible size took T0 = the largest verify width (verify tokens free below it)
+    and 6.5 ms a drafter pass, relative misfit 0.66, and priced K = 3 at batch 14 at 65 ms;
+    the served step cost 125-135 ms at batch 15-16 and online drafted K = 3 there."""
+    m = StepCostModel()
+    for b, t, d, ms, seeded, n in _BENCH_AB_CELLS:
+        for _ in range(n):
+            (m.seed if seeded else m.add)(b, t, d, ms)
+    m.fit()
+    assert m.misfit < 0.2, (m.coef, m.knees, m.misfit)
+    k3 = m.predict_uniform(14, [3])[0]
+    assert 100.0 < k3 < 135.0, k3
+    assert m.predict_uniform(16, [0])[0] == pytest.approx(51.3, rel=0.05)
+
+
 def test_cost_model_knows_its_own_error():
     """A cell's error is its step times' spread over its effective samples, blended with
     the roofline's misfit as its price is; a K without a cell (or with only seeded

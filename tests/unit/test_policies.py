@@ -603,9 +603,17 @@ def test_online_holds_a_tie_inside_the_cost_models_error():
 
 
 def test_online_still_takes_a_gain_larger_than_the_error():
-    """With K = 1 at 1.1 ms a request a draft (22 % more goodput than K = 0 at batch 16)
-    the error-sized hysteresis
-    does not keep online off it: K = 1 is held on most decisions after the first 100."""
-    out = _noisy_batch16(ControllerConfig(kmax=3).switch_error, 1.1)
-    late = [d.k for d in out[100:]]
-    assert late and late.count(1) >= 0.9 * len(late), late
+    """With K = 1 at 1.1 ms a request a draft (22 % more goodput than K = 0 at batch 16, 6 %
+    more than K = 2) the error-sized hysteresis does not keep online off it: K = 1 is held
+    on most decisions after the first 100.  Over 8 seeds, since which noisy swing of a cell
+    tips a decision toward K = 2 is one seed's luck (AVX2 EPYC, the cost model's exact
+    non-negative fit: K = 1 on 77-100 % of each seed's late decisions, 94 % in all; with the
+    fit that stopped at the largest feasible model 90-100 %, 96 %)."""
+    shares = []
+    for seed in range(8):
+        late = [d.k for d in _noisy_batch16(ControllerConfig(kmax=3).switch_error, 1.1,
+                                            seed=seed)[100:]]
+        assert late
+        shares.append(late.count(1) / len(late))
+    assert sum(shares) / len(shares) >= 0.9, shares
+    assert min(shares) >= 0.7, shares
