@@ -124,6 +124,37 @@ def test_observe_array_fast_path_equals_results():
     assert a.stats["mean_accepted_len"] == pytest.approx(b.stats["mean_accepted_len"])
 
 
+def test_first_drafts_stay_out_of_the_acceptance_estimate_but_count_elsewhere():
+    """A burst of arrivals verifies the drafts their prefill step made (accepted at 6 % a
+    token on the CPU host's fixtures, 43 % later): those rows leave the acceptance estimate
+    alone, and still count as verified tokens, committed tokens and in the trace."""
+    def run(first):
+        c = Controller(ControllerConfig(kmax=4, policy="fixed:4", trace=True))
+        for s in range(40):  # steady decoding: every draft accepted
+            c.observe(StepResult(s, 16, 4, (), 50.0, None, np.full(16, 4), np.full(16, 4)))
+        before = c.acceptance.estimate()
+        drafted, accepted = np.full(16, 4), np.zeros(16, dtype=int)
+        accepted[:4] = 4  # four old requests; twelve arrivals reject their first drafts
+        c.observe(StepResult(40, 16, 4, (), 50.0, None, drafted, accepted, first=first))
+        return c, before, [r for r in c.drain_records() if is_result(r)][-1]
+
+    marked = np.arange(16) >= 4
+    c, before, rec = run(marked)
+    assert c.acceptance.estimate()[0] >= before[0] - 0.01  # only the old four counted
+    assert c.committed == 40 * 16 * 5 + 16 + 16
+    assert rec["drafted"] == 64 and rec["accepted"] == 16
+    assert (rec["first_drafted"], rec["first_accepted"]) == (48, 0)
+    unmarked, before, rec = run(None)
+    assert unmarked.acceptance.estimate()[0] < before[0] - 0.05
+    assert "first_drafted" not in rec
+    # every row a first verification: the estimate only decays
+    c = Controller(ControllerConfig(kmax=2, policy="fixed:2"))
+    c.observe(StepResult(0, 4, 2, (), 50.0, None, np.full(4, 2), np.zeros(4, dtype=int),
+                         first=np.ones(4, dtype=bool)))
+    assert c.acceptance.estimate() == pytest.approx(
+        Controller(ControllerConfig(kmax=2, policy="fixed:2")).acceptance.estimate(), abs=0.02)
+
+
 def test_observe_bad_result():
     c = Controller(ControllerConfig(kmax=2))
     with pytest.raises(ValueError, match="drafted > kmax=2"):

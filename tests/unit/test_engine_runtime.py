@@ -337,8 +337,9 @@ def test_a_fault_in_the_controller_falls_back_to_k0_and_keeps_serving(where, cap
             ks.append(k)
             rt.publish({0: SimpleNamespace(scheduler_stats=None)})
     # decide: the 5th decision raises, step 5 runs at K = 0; observe: the 5th verification
-    # (step 6's: step 1 verified no drafts) raises, step 7 is the first at K = 0
-    at, faulted = (5, 5) if where == "decide" else (6, 7)
+    # that reaches the acceptance estimate (step 7's: step 1 verified no drafts, step 2 the
+    # requests' first drafts, kept out of it) raises, step 8 is the first at K = 0
+    at, faulted = (5, 5) if where == "decide" else (7, 8)
     assert ks[:faulted - 1] == [3] * (faulted - 1) and ks[faulted - 1:] == [0] * (11 - faulted)
     assert rt.fault.tripped and rt.fault.step == at
     errors = [r for r in caplog.records if f"controller failed at step {at}" in r.getMessage()]

@@ -474,9 +474,43 @@ def test_catch_up_cost_separates_the_extra_pass_from_the_tokens():
     assert 3.0 < demo.price(128) < 12.0  # (per token from the first resume: 148 ms)
     # a fit with a negative fixed part goes through the origin instead
     c = CatchUpCost(decay=0.5)
-    c.add(10, 0.0)
-    c.add(100, 50.0)
-    assert c.parts() == (0.0, pytest.approx(50.0 * 100 / (100 * 100 + 0.5 * 10 * 10)))
+    for t, ms in ((10, 0.0), (100, 50.0), (200, 110.0)):
+        c.add(t, ms)
+    tm = 0.25 * 10 * 0.0 + 0.5 * 100 * 50.0 + 200 * 110.0
+    tt = 0.25 * 10 * 10 + 0.5 * 100 * 100 + 200 * 200
+    assert c.parts() == (0.0, pytest.approx(tm / tt))
+
+
+def test_catch_up_cost_fits_no_line_through_two_resumes_or_through_noise():
+    """Two resumes always fit a line, and a line through noise extrapolates it: the first
+    online server of a ``bench ab`` run at concurrency 16 fitted 0.5 ms a token through its
+    first two resumes (5 and 18 tokens, a few ms apart by the step times' noise), priced a
+    700-token catch-up at 374 ms and held K = 0 for 180 decisions; its later resumes cost
+    5-20 ms beyond their step whatever they caught up (18-1457 tokens).  Until the resumes
+    separate the parts by more than their noise, another size is priced between all fixed
+    and all per token."""
+    from vllm_hust_vspec.adaptive.estimators import CatchUpCost
+
+    c = CatchUpCost()
+    c.add(5, 4.0)
+    c.add(18, 10.5)
+    assert c.parts() is None
+    assert c.price(700) < 80.0  # the line through the two: 354 ms
+    # small resumes whose extra ms scatter by the step times' noise: no significant slope
+    for t, ms in ((9, 2.0), (14, 11.0), (6, 8.0)):
+        c.add(t, ms)
+    assert c.parts() is None
+    assert c.price(700) < 80.0
+    # large resumes that cost about what the small ones cost: priced so, line or not
+    c.add(690, 9.0)
+    c.add(1300, 14.0)
+    assert c.parts() is None or c.parts()[1] < 0.02
+    assert 5.0 < c.price(700) < 25.0 and c.price(1300) < 30.0
+    # a price per token well above the noise is fitted
+    for t in (40, 700, 90, 1200, 300):
+        c.add(t, 5.0 + 0.1 * t)
+    fixed, per_token = c.parts()
+    assert per_token > 0.05
 
 
 def _tie_at_k0(catch_up_tokens: int, resumes: bool):

@@ -813,10 +813,19 @@ class CatchUpCost:
         ms = fixed + per_token * tokens        (both >= 0)
 
     fitted by least squares over decayed sums (each new resume weighs ``1 - decay`` of what
-    came before).  While the resumes measured do not separate the two parts (one resume, or
-    token counts within ``SPREAD_MIN`` relative spread of each other), the price of another
-    size is the geometric mean of the two readings they allow: all fixed (their mean ms
-    whatever the size) and all per token (proportional to the size).
+    came before).  While the resumes measured do not separate the two parts (fewer than
+    ``MIN_RESUMES``, token counts within ``SPREAD_MIN`` relative spread of each other, or a
+    price per token within ``SLOPE_SE`` standard errors of 0), the price of another size is
+    the geometric mean of the two readings they allow: all fixed (their mean ms whatever the
+    size) and all per token (proportional to the size).
+
+    Why the resumes must separate the parts by more than their noise: two resumes always fit
+    a line.  In the first online server of a ``bench ab`` run at concurrency 16 (CPU host)
+    the first two caught up 5 and 18 tokens, their extra ms a few ms apart by the step
+    times' noise, and the line through them (0.5 ms a token) priced the catch-up of a
+    700-token K = 0 stretch at 374 ms, 12 ms a decision over ``RESUME_HORIZON``: online held
+    K = 0 for 180 decisions at batch 16.  The resumes it did make cost 5-20 ms beyond their
+    step whatever they caught up (18-1457 tokens).
 
     Why the fixed part: on the CPU host a resume's extra pass cost 3-11 ms whether it caught
     up 2 or 130 tokens (a fresh demo server, ``./run.sh demo``), and priced per token from a
@@ -826,13 +835,15 @@ class CatchUpCost:
     :meth:`price` is None until a resume has been measured."""
 
     SPREAD_MIN = 0.25  # relative sd of the token counts that tells the two parts apart
+    MIN_RESUMES = 3  # resumes before a line is fitted (two always fit one)
+    SLOPE_SE = 2.0  # standard errors the price per token must clear
 
     def __init__(self, decay: float = 0.8) -> None:
         if not 0.0 <= decay < 1.0:
             raise ValueError(f"catch-up decay must be in [0, 1), got {decay!r}")
         self.decay = decay
-        # decayed sums: weight, tokens, tokens^2, ms, tokens * ms
-        self._w = self._t = self._tt = self._m = self._tm = 0.0
+        # decayed sums: weight, weight^2, tokens, tokens^2, ms, ms^2, tokens * ms
+        self._w = self._ww = self._t = self._tt = self._m = self._mm = self._tm = 0.0
         self.resumes = 0
 
     def add(self, tokens: int, extra_ms: float) -> None:
@@ -840,9 +851,11 @@ class CatchUpCost:
             return
         t, m, d = float(tokens), max(0.0, float(extra_ms)), self.decay
         self._w = d * self._w + 1.0
+        self._ww = d * d * self._ww + 1.0
         self._t = d * self._t + t
         self._tt = d * self._tt + t * t
         self._m = d * self._m + m
+        self._mm = d * self._mm + m * m
         self._tm = d * self._tm + t * m
         self.resumes += 1
 
@@ -852,7 +865,7 @@ class CatchUpCost:
 
     def parts(self) -> tuple[float, float] | None:
         """``(fixed_ms, ms_per_token)`` once the resumes separate them, else None."""
-        if self._w <= 0.0:
+        if self._w <= 0.0 or self.resumes < self.MIN_RESUMES:
             return None
         t_mean, m_mean = self._means()
         var_t = self._tt / self._w - t_mean * t_mean
@@ -861,6 +874,15 @@ class CatchUpCost:
         per_token = (self._tm / self._w - t_mean * m_mean) / var_t
         if per_token <= 0.0:
             return m_mean, 0.0
+        # the slope's standard error from the residuals (decayed weights: n_eff resumes)
+        n_eff = self._w * self._w / self._ww
+        resid = max(0.0, self._mm / self._w - m_mean * m_mean - per_token * per_token * var_t)
+        if n_eff > 2.0:
+            se = math.sqrt(resid * n_eff / (n_eff - 2.0) / (n_eff * var_t))
+        else:
+            se = math.inf
+        if per_token <= self.SLOPE_SE * se:
+            return None
         fixed = m_mean - per_token * t_mean
         if fixed < 0.0:  # through the origin
             return 0.0, self._tm / self._tt

@@ -22,7 +22,9 @@ Extensions (backward compatible):
     controller counts from them (numpy) and ``results`` may be empty; this saves building
     one :class:`RequestResult` per request.  ``StepResult.confidences`` (2-D, (batch, width))
     then carries the verified drafts' confidences for the confidence map, and
-    ``StepResult.context_lens`` the requests' context lengths.
+    ``StepResult.context_lens`` the requests' context lengths, and ``StepResult.first``
+    which rows verified a request's first drafts (made by its prefill step: kept out of the
+    acceptance estimate, counted everywhere else).
   * ``BatchView.confidences`` may also be a 2-D numpy array of shape ``(batch, width)``
     aligned with ``req_ids`` (rows padded with 0.0); this avoids building a dict per step.
   * ``BatchView.entropies``: per-position draft top-k entropies for the ``entropy`` stop, in
@@ -89,6 +91,9 @@ class StepResult:
     # a step whose drafter first caught up tokens it missed in K = 0 steps (its ``wall_ms``
     # is None: the time is the resume's): (tokens caught up, the step's ms)
     catch_up: tuple[int, float] | None = None
+    # with the fast path: 1-D bools aligned with ``drafted``, True where the verified drafts
+    # were the request's first (made by its prefill step); None: none marked
+    first: Any = None
 
     @property
     def drafted_k(self) -> int:

@@ -14,9 +14,11 @@ first; written by the policies that weigh candidates, ``online``.)
 
 and, when that step's results arrive::
 
-    {"step", "drafted", "accepted", "ms"}
+    {"step", "drafted", "accepted", "ms", "first_drafted"?, "first_accepted"?}
 
-(``drafted``/``accepted`` are sums over the step's requests; ``ms`` may be null).
+(``drafted``/``accepted`` are sums over the step's requests; ``ms`` may be null;
+``first_*``: the part of them that verified requests' first drafts, made by their prefill
+step and kept out of the acceptance estimate, where there was any).
 """
 
 from __future__ import annotations
@@ -61,13 +63,16 @@ def _weighed(d: Decision) -> dict[str, Any]:
     return out
 
 
-def result_record(r: StepResult, drafted: int, accepted: int) -> dict[str, Any]:
+def result_record(r: StepResult, drafted: int, accepted: int,
+                  first: tuple[int, int] | None = None) -> dict[str, Any]:
     rec = {
         "step": r.step,
         "drafted": drafted,
         "accepted": accepted,
         "ms": None if r.wall_ms is None else round(r.wall_ms, 4),
     }
+    if first is not None:  # requests' first drafts (their prefill step's) among them
+        rec["first_drafted"], rec["first_accepted"] = first
     if r.catch_up is not None:  # a resume: its tokens caught up and its time
         rec["catch_up_ms"] = round(float(r.catch_up[1]), 4)
     return rec

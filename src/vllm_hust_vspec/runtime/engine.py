@@ -398,8 +398,11 @@ class EngineRuntime:
             invalid = (num_invalid_spec_tokens or {}).get(req_id, 0)
             request = self.scheduler.requests.get(req_id)
             ctx = int(request.num_tokens) if request is not None else 0
+            # vLLM counts a verification before it appends the step's tokens: one output
+            # token (the prefill's) means these are the drafts the prefill step made
+            first = request is not None and int(request.num_output_tokens) <= 1
             self._verified.add(req_id, int(num_draft_tokens - invalid),
-                               int(num_accepted_tokens), ctx)
+                               int(num_accepted_tokens), ctx, first)
         except Exception:
             self._trip("count a verification")
 
@@ -531,7 +534,8 @@ class EngineRuntime:
             drafted=verified.drafted if some else None,
             accepted=verified.accepted if some else None,
             confidences=verified.confidences if some else None,
-            context_lens=verified.context_lens if some else None, catch_up=catch_up))
+            context_lens=verified.context_lens if some else None,
+            first=verified.first if some else None, catch_up=catch_up))
         self._flush_records()
 
     def _trip(self, where: str) -> None:

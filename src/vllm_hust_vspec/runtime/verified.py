@@ -30,6 +30,8 @@ class VerifiedStep:
     drafted: np.ndarray  # int64 (n,): draft tokens verified
     accepted: np.ndarray  # int64 (n,): accepted among them
     context_lens: np.ndarray  # int64 (n,): the requests' context lengths (tokens)
+    # bool (n,): the request's first verification (the drafts its prefill step made)
+    first: np.ndarray
     # float (n, width): row i holds the confidences of request i's verified drafts (positions
     # past drafted[i], and the rows of requests that drafted 0, are arbitrary); None when no
     # confidences were kept or some request that drafted > 0 has none
@@ -48,6 +50,7 @@ class VerifiedCollector:
         self._drafted: list[int] = []
         self._accepted: list[int] = []
         self._context: list[int] = []
+        self._first: list[bool] = []
         self._rows: list[int] = []  # kept-matrix row of each reported request, -1: none
         # the drafts awaiting verification: request id -> row of these matrices
         self._row_of: dict[str, int] = {}
@@ -74,17 +77,21 @@ class VerifiedCollector:
         self._row_of = {}
 
     # ------------------------------------------------------------------ results
-    def add(self, req_id: str, drafted: int, accepted: int, context_len: int = 0) -> None:
-        """One verified request (``spec-stats``).  Its kept confidences are used once."""
+    def add(self, req_id: str, drafted: int, accepted: int, context_len: int = 0,
+            first: bool = False) -> None:
+        """One verified request (``spec-stats``); ``first``: its first verification (the
+        drafts its prefill step made).  Its kept confidences are used once."""
         self._ids.append(req_id)
         self._drafted.append(drafted)
         self._accepted.append(accepted)
         self._context.append(context_len)
+        self._first.append(first)
         self._rows.append(self._row_of.pop(req_id, -1) if self._row_of else -1)
 
     def discard(self) -> None:
         """Forget the results reported so far this step (the kept confidences stay)."""
         self._ids, self._drafted, self._accepted, self._context, self._rows = [], [], [], [], []
+        self._first = []
 
     def __len__(self) -> int:
         return len(self._ids)
@@ -96,6 +103,7 @@ class VerifiedCollector:
         drafted = np.array(self._drafted, dtype=np.int64)
         accepted = np.array(self._accepted, dtype=np.int64)
         context_lens = np.array(self._context, dtype=np.int64)
+        first = np.array(self._first, dtype=bool)
         rows = np.array(self._rows, dtype=np.int64)
         self.discard()
         conf = self._conf
@@ -109,7 +117,7 @@ class VerifiedCollector:
             if (~has & (drafted > 0)).any():
                 gathered = None  # a verified request's drafts came without confidences
         return VerifiedStep(req_ids=ids, drafted=drafted, accepted=accepted,
-                            context_lens=context_lens, confidences=gathered)
+                            context_lens=context_lens, first=first, confidences=gathered)
 
     def _add_outcomes(self, conf: np.ndarray, ent: np.ndarray | None, drafted: np.ndarray,
                       accepted: np.ndarray) -> None:
