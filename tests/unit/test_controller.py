@@ -153,6 +153,10 @@ def test_first_drafts_stay_out_of_the_acceptance_estimate_but_count_elsewhere():
                          first=np.ones(4, dtype=bool)))
     assert c.acceptance.estimate() == pytest.approx(
         Controller(ControllerConfig(kmax=2, policy="fixed:2")).acceptance.estimate(), abs=0.02)
+    # plain sequences work as arrays do; a mask of the wrong length is refused
+    c.observe(StepResult(1, 2, 2, (), 50.0, None, [2, 2], [2, 0], first=[False, True]))
+    with pytest.raises(ValueError, match="first"):
+        c.observe(StepResult(2, 2, 2, (), 50.0, None, [2, 2], [2, 0], first=[True]))
 
 
 def test_observe_bad_result():

@@ -291,8 +291,14 @@ class Controller:
         self.ctx.step_counts = (result, dsum) if tried is not None and (
             result.drafted is None or result.accepted is not None) else None
         est_tried, est_acc = (tried, acc) if tried is not None else (None, None)
-        first = result.first
-        if tried is not None and first is not None and result.drafted is not None and first.any():
+        first = None
+        if result.first is not None and result.drafted is not None and tried is not None:
+            first = np.asarray(result.first, dtype=bool)
+            if first.shape != (n,):
+                raise ValueError(f"StepResult.first has shape {first.shape}, drafted ({n},)")
+            if not first.any():
+                first = None
+        if first is not None:
             # a request's first verification (the drafts its prefill step made) is kept out
             # of the acceptance estimate: measured on the CPU host's fixtures, those drafts
             # are accepted at 6 % a token against 43 % later (transformers and vLLM alike),
@@ -300,7 +306,7 @@ class Controller:
             # 1 from ~0.65 to 0.30-0.45 and held K = 0 at batch 16 for up to 180 decisions
             keep = ~first
             est_tried, est_acc, _, _ = position_counts_arrays(
-                result.drafted[keep], result.accepted[keep], kmax)
+                np.asarray(result.drafted)[keep], np.asarray(result.accepted)[keep], kmax)
         if est_tried is not None and kmax and est_tried[0]:
             self.acceptance.update_counts(est_tried, est_acc)
         else:
@@ -341,8 +347,9 @@ class Controller:
         self.ctx.step_counts = None
         if self._trace:
             firsts = None
-            if first is not None and result.drafted is not None and first.any():
-                firsts = (int(np.sum(result.drafted[first])), int(np.sum(result.accepted[first])))
+            if first is not None:
+                firsts = (int(np.sum(np.asarray(result.drafted)[first])),
+                          int(np.sum(np.asarray(result.accepted)[first])))
             self._records.append(result_record(result, dsum, asum, firsts))
 
     # ------------------------------------------------------------------ decide
