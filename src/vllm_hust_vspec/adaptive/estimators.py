@@ -337,7 +337,7 @@ def _fit_grid(
     degenerate full fit (T0 at the largest verify width, so verify tokens cost nothing, and
     6.5 ms a drafter pass) with 49 times the sse of the two-coefficient fit ``c0 + c1 t``
     (relative misfit 0.66 against 0.14); in the first online server of a ``bench ab`` run at
-    concurrency 16 it priced K = 3 at batch 14 at 68 ms where it cost 125-135, and online
+    concurrency 16 it priced K = 3 at batch 14 at 65-68 ms where it cost 125-135, and online
     drafted K = 3 there for 20 steps (mean K 1.27-1.59 in that server, 0.55-1.09 in the two
     later ones, whose fits stayed right)."""
     ut = np.maximum(t[None, :], tg[:, None])  # (nt, cells)
@@ -380,8 +380,8 @@ def _fit_grid(
         rs = np.where(mask, rp, 0.0)
         x = np.linalg.solve(As, rs[..., None])[..., 0]
         feasible = (x >= -1e-12).all(-1)
-        ax = (Ap @ np.maximum(x, 0.0)[..., None])[..., 0]
         xp = np.maximum(x, 0.0)
+        ax = (Ap @ xp[..., None])[..., 0]
         sse = syy - 2.0 * (xp * rp).sum(-1) + (xp * ax).sum(-1)
         if j == 0:
             # the unconstrained full model's sse bounds every smaller model's at its knees
@@ -877,10 +877,7 @@ class CatchUpCost:
         # the slope's standard error from the residuals (decayed weights: n_eff resumes)
         n_eff = self._w * self._w / self._ww
         resid = max(0.0, self._mm / self._w - m_mean * m_mean - per_token * per_token * var_t)
-        if n_eff > 2.0:
-            se = math.sqrt(resid * n_eff / (n_eff - 2.0) / (n_eff * var_t))
-        else:
-            se = math.inf
+        se = math.sqrt(resid / ((n_eff - 2.0) * var_t)) if n_eff > 2.0 else math.inf
         if per_token <= self.SLOPE_SE * se:
             return None
         fixed = m_mean - per_token * t_mean

@@ -90,8 +90,8 @@ class VerifiedCollector:
 
     def discard(self) -> None:
         """Forget the results reported so far this step (the kept confidences stay)."""
-        self._ids, self._drafted, self._accepted, self._context, self._rows = [], [], [], [], []
-        self._first = []
+        self._ids, self._drafted, self._accepted, self._context, self._first, self._rows = (
+            [], [], [], [], [], [])
 
     def __len__(self) -> int:
         return len(self._ids)
