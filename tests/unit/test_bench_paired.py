@@ -58,6 +58,39 @@ def test_a_swing_composes_the_per_phase_best_fixed_k():
     assert cell.row("fixed:1").phase_ratio < 0.9
 
 
+def _wb(policy, rnd, rows, server_round=1):
+    """A window of rows (batch, steps, tok/ms at that batch, ms)."""
+    rows = tuple((b, n, round(v * ms), ms) for b, n, v, ms in rows)
+    steps = sum(r[1] for r in rows)
+    return Window("code", 16, 0, server_round, 0, rnd, policy, steps,
+                  sum(r[2] for r in rows), sum(r[3] for r in rows),
+                  sum(r[0] * r[1] for r in rows) / steps, 0.5, rows)
+
+
+def test_windows_are_compared_at_the_same_decoding_batch():
+    """A load fills to batch 16 and drains: in each round fixed:1's window falls on batch 16
+    (10 tok/ms there for every policy) and the others' on batch 1-2 (1-2 tok/ms). Pooled,
+    fixed:1 looks 5x faster; at the same batch online is 10 % faster than both fixed Ks."""
+    ws = []
+    for rnd in (1, 2, 3):
+        ws += [_wb("fixed:1", rnd, [(16, 8, 10.0, 100.0)]),
+               _wb("fixed:2", rnd, [(2, 4, 2.0, 50.0), (1, 4, 1.0, 50.0)]),
+               _wb("online", rnd, [(2, 4, 2.2, 50.0), (1, 4, 1.1, 50.0)])]
+        ws += [_wb("fixed:1", rnd + 3, [(2, 4, 2.0, 50.0), (1, 4, 1.0, 50.0)]),
+               _wb("fixed:2", rnd + 3, [(16, 8, 10.0, 100.0)]),
+               _wb("online", rnd + 3, [(16, 8, 11.0, 100.0)])]
+    (cell,) = summarize(ws)
+    assert cell.row("online").ratio == pytest.approx(1.1, abs=0.01)
+    assert cell.row("online").server_lo == pytest.approx(1.1, abs=0.01)
+    assert cell.row("fixed:2").ratio == pytest.approx(1.0, abs=0.01)
+    assert cell.row("online").tok_s / cell.row("fixed:1").tok_s == pytest.approx(1.1, abs=0.01)
+    # without the rows (records written before them: one row at the mean batch) the same
+    # windows still pair at their mean batches
+    old = [Window(w.workload, w.concurrency, w.phase, w.server_round, w.window, w.round,
+                  w.policy, w.steps, w.tokens, w.ms, w.batch, w.load_1m) for w in ws]
+    assert summarize(old)[0].row("online").ratio > 1.0
+
+
 def test_window_records_round_trip_and_bad_ones_are_named():
     recs = [{"trace": "vspec-decisions"},
             {"window": 3, "round": 1, "policy": "fixed:2", "steps": 7, "tokens": 40,
@@ -66,6 +99,11 @@ def test_window_records_round_trip_and_bad_ones_are_named():
     assert (w.workload, w.concurrency, w.phase, w.server_round, w.policy) == (
         "mixed", 16, 1, 2, "fixed:2")
     assert window_from_dict(w.to_dict(), "w") == w
+    assert w.by_batch == () and w.rows() == ((4, 7, 40, 90.5),)
+    (wb,) = windows_from_trace([dict(recs[1], by_batch=[[4, 7, 40, 90.5]])], "mixed", 16, 1, 2)
+    assert wb.by_batch == ((4, 7, 40, 90.5),) and window_from_dict(wb.to_dict(), "w") == wb
+    with pytest.raises(PairedError, match=r"paired\[0\]: by_batch\[0\] must be \[batch"):
+        window_from_dict(dict(wb.to_dict(), by_batch=[[4, 7, -1, 9.0]]), "paired[0]")
     bad = dict(w.to_dict(), tokens=-1)
     with pytest.raises(PairedError, match=r"paired\[0\]: key 'tokens' must be an integer >= 0"):
         window_from_dict(bad, "paired[0]")

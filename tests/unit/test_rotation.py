@@ -37,7 +37,7 @@ def test_a_window_leaves_out_its_first_step_and_prefill_steps():
         records += rot.output(step, batch=2, tokens=5, cycle_ms=cycle)
     # window 1 (steps 1-4) is complete once a step of window 2 is out and none of its own pends
     assert records == [{"window": 1, "round": 1, "policy": "a", "steps": 2, "tokens": 10,
-                        "ms": 20.0, "batch": 2.0}]
+                        "ms": 20.0, "batch": 2.0, "by_batch": [[2, 2, 10, 20.0]]}]
 
 
 def test_an_output_pending_across_the_boundary_holds_the_window_open():

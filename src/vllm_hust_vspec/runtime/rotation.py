@@ -18,11 +18,14 @@ also ran a prefill are left out too (their cost is the prompt's, the same whatev
 policy).  When a window is complete its record goes to the decision trace::
 
     {"window": n, "round": r, "policy": "fixed:2", "steps": 14, "tokens": 61,
-     "ms": 301.2, "batch": 3.9}
+     "ms": 301.2, "batch": 3.9, "by_batch": [[3, 2, 9, 43.0], [4, 12, 52, 258.2]]}
 
 ``tokens`` are the tokens the measured steps produced (one per decoding request plus its
 accepted drafts), ``ms`` their engine cycle time (output to output; an idle wait counts as
-the step's window plus the engine's usual overhead), ``batch`` the mean decoding batch.
+the step's window plus the engine's usual overhead), ``batch`` the mean decoding batch, and
+``by_batch`` the same sums split by the steps' decoding batch (``[batch, steps, tokens,
+ms]`` rows): the comparison sets each window against what the steps of every policy made at
+the same batch (windows of one round fall in different parts of a load's fill and drain).
 ``vllm-hust-vspec-bench ab`` (configuration ``paired``) pairs the windows of each round.
 Pure Python (no vLLM import).
 """
@@ -46,13 +49,16 @@ class _Window:
     tokens: int = 0
     ms: float = 0.0
     batch_sum: int = 0
+    by_batch: dict[int, list] = dataclasses.field(default_factory=dict)  # batch -> [steps, tokens, ms]
     first_step: int | None = None  # the window's first decision (its step number)
     after: int | None = None  # the policy of the window before (None: the first window)
 
     def record(self, names: Sequence[str]) -> dict[str, Any]:
         return {"window": self.number, "round": self.round, "policy": names[self.index],
                 "steps": self.steps, "tokens": self.tokens, "ms": round(self.ms, 3),
-                "batch": round(self.batch_sum / self.steps, 3) if self.steps else 0.0}
+                "batch": round(self.batch_sum / self.steps, 3) if self.steps else 0.0,
+                "by_batch": [[b, n, t, round(ms, 3)]
+                             for b, (n, t, ms) in sorted(self.by_batch.items())]}
 
 
 class Rotation:
@@ -112,6 +118,10 @@ class Rotation:
             w.tokens += int(tokens)
             w.ms += float(cycle_ms)
             w.batch_sum += int(batch)
+            row = w.by_batch.setdefault(int(batch), [0, 0, 0.0])
+            row[0] += 1
+            row[1] += int(tokens)
+            row[2] += float(cycle_ms)
         return self._complete()
 
     def _complete(self) -> list[dict[str, Any]]:

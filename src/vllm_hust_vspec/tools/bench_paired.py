@@ -6,10 +6,18 @@ cycle time) is read back from the decision trace per cell and phase.  Each rotat
 gives every policy one window under the same machine speed and load, so ratios are taken
 inside a round and summarised over rounds:
 
-* ``tok/s``: a policy's pooled speed in the cell (its tokens / its measured time);
-* ``/ best fixed``: per rotation round, the policy's speed over the best fixed K's (the fixed
-  policy with the highest pooled speed in the cell), median [quartiles] over the rounds, and
-  the pooled ratio of each server round (min-max over the benchmark's rounds);
+* every speed is taken at the same decoding batch: a window's steps are split by batch
+  (its ``by_batch`` rows), and its *index* is the time every policy's steps of the same
+  server round took on average for its tokens at those batches, over the time it took
+  (1.0: as fast as the policies' pooled steps at the same batch). Why: a cell's load fills
+  and drains, and the windows of one round fall in different parts of it; in a fresh demo
+  server at code@16 fixed K = 1's windows caught most of the 50 steps at batch 16 and its
+  pooled speed came out 1.8 x online's and 2.4 x fixed K = 4's, of a batch mix, not of K;
+* ``tok/s``: a policy's speed at the cell's batch mix (its index x the pooled speed of
+  every policy's windows);
+* ``/ best fixed``: per rotation round, the policy's index over the best fixed K's (the
+  fixed policy with the highest pooled index in the cell), median [quartiles] over the
+  rounds, and the pooled ratio of each server round (min-max over the benchmark's rounds);
 * for a swing cell also ``/ per-phase best``: the time the per-phase best fixed K would take
   for each phase's tokens, composed over the phases, against the policy's own.
 
@@ -27,7 +35,8 @@ from vllm_hust_vspec import checks
 from vllm_hust_vspec.errors import VspecError
 
 WINDOW_KEYS = ("workload", "concurrency", "phase", "server_round", "window", "round", "policy",
-               "steps", "tokens", "ms", "batch", "load_1m")
+               "steps", "tokens", "ms", "batch", "load_1m", "by_batch")
+OPTIONAL_KEYS = ("load_1m", "by_batch")  # absent from records written before them
 
 
 class PairedError(VspecError, ValueError):
@@ -48,9 +57,22 @@ class Window:
     ms: float
     batch: float
     load_1m: float | None = None  # the machine's load average before this server started
+    # (batch, steps, tokens, ms) per decoding batch of the measured steps; () in records
+    # written before it (the window counts as one row at its mean batch)
+    by_batch: tuple[tuple[int, int, int, float], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in WINDOW_KEYS}
+        out = {k: getattr(self, k) for k in WINDOW_KEYS}
+        out["by_batch"] = [list(r) for r in self.by_batch]
+        return out
+
+    def rows(self) -> tuple[tuple[int, int, int, float], ...]:
+        """The window's (batch, steps, tokens, ms) rows."""
+        if self.by_batch:
+            return self.by_batch
+        if self.steps <= 0:
+            return ()
+        return ((max(1, round(self.batch)), self.steps, self.tokens, self.ms),)
 
     @property
     def cell(self) -> tuple[str, int | str]:
@@ -69,14 +91,31 @@ def windows_from_trace(records: Iterable[Mapping[str, Any]], workload: str,
                           server_round=server_round, window=int(rec["window"]),
                           round=int(rec["round"]), policy=str(rec["policy"]),
                           steps=int(rec["steps"]), tokens=int(rec["tokens"]),
-                          ms=float(rec["ms"]), batch=float(rec["batch"]), load_1m=load_1m))
+                          ms=float(rec["ms"]), batch=float(rec["batch"]), load_1m=load_1m,
+                          by_batch=_by_batch(rec.get("by_batch") or (), "window record")))
     return out
+
+
+def _by_batch(rows: Any, where: str) -> tuple[tuple[int, int, int, float], ...]:
+    """``by_batch`` rows as tuples; a malformed row is refused with its place named."""
+    if not isinstance(rows, (list, tuple)):
+        raise PairedError(f"{where}: key 'by_batch' must be a list of [batch, steps, tokens, ms]")
+    out = []
+    for i, row in enumerate(rows):
+        ok = (isinstance(row, (list, tuple)) and len(row) == 4
+              and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in row[:3])
+              and checks.is_number(row[3]) and row[3] >= 0)
+        if not ok:
+            raise PairedError(f"{where}: by_batch[{i}] must be [batch, steps, tokens, ms] "
+                              f"(integers >= 0, ms a number >= 0), got {row!r}")
+        out.append((int(row[0]), int(row[1]), int(row[2]), float(row[3])))
+    return tuple(out)
 
 
 def window_from_dict(rec: Any, where: str) -> Window:
     if not isinstance(rec, dict):
         raise PairedError(f"{where}: must be an object")
-    missing = [k for k in WINDOW_KEYS if k not in rec and k != "load_1m"]
+    missing = [k for k in WINDOW_KEYS if k not in rec and k not in OPTIONAL_KEYS]
     if missing:
         raise PairedError(f"{where}: key '{missing[0]}' is missing")
     extra = sorted(set(rec) - set(WINDOW_KEYS))
@@ -94,7 +133,8 @@ def window_from_dict(rec: Any, where: str) -> Window:
             raise PairedError(f"{where}: key '{key}' must be a finite number >= 0, got {v!r}")
     if not isinstance(rec["policy"], str) or not rec["policy"]:
         raise PairedError(f"{where}: key 'policy' must be a non-empty string")
-    return Window(**{k: rec.get(k) for k in WINDOW_KEYS})
+    fields = {k: rec.get(k) for k in WINDOW_KEYS if k != "by_batch"}
+    return Window(**fields, by_batch=_by_batch(rec.get("by_batch") or (), where))
 
 
 def is_fixed(policy: str) -> bool:
@@ -104,6 +144,35 @@ def is_fixed(policy: str) -> bool:
 def _speed(ws: Sequence[Window]) -> float | None:
     ms = sum(w.ms for w in ws)
     return 1000.0 * sum(w.tokens for w in ws) / ms if ms > 0 else None
+
+
+Reference = Mapping[tuple[int, int], float]  # (server round, batch) -> tokens per ms
+
+
+def _reference(ws: Sequence[Window]) -> dict[tuple[int, int], float]:
+    """Tokens per ms of every window's steps at each (server round, batch)."""
+    tok: dict[tuple[int, int], float] = {}
+    ms: dict[tuple[int, int], float] = {}
+    for w in ws:
+        for b, _n, t, m in w.rows():
+            key = (w.server_round, b)
+            tok[key] = tok.get(key, 0.0) + t
+            ms[key] = ms.get(key, 0.0) + m
+    return {key: tok[key] / ms[key] for key in tok if ms[key] > 0 and tok[key] > 0}
+
+
+def _index(ws: Sequence[Window], ref: Reference) -> float | None:
+    """The time the reference takes for the windows' tokens at their batches, over the
+    time the windows took (None: no measured time)."""
+    expected = 0.0
+    own = 0.0
+    for w in ws:
+        for b, _n, t, m in w.rows():
+            r = ref.get((w.server_round, b))
+            if r:
+                expected += t / r
+                own += m
+    return expected / own if own > 0 else None
 
 
 def _quartiles(values: Sequence[float]) -> tuple[float, float]:
@@ -151,9 +220,11 @@ def summarize_cell(ws: Sequence[Window]) -> PairedCell:
     policies = list(dict.fromkeys(w.policy for w in ws))
     rounds = _complete_rounds(ws, policies)
     paired = [w for g in rounds.values() for v in g.values() for w in v]
-    speed = {p: _speed([w for w in paired if w.policy == p]) or 0.0 for p in policies}
+    ref = _reference(paired)
+    pooled = _speed(paired) or 0.0
+    index = {p: _index([w for w in paired if w.policy == p], ref) or 0.0 for p in policies}
     fixed = [p for p in policies if is_fixed(p)]
-    best = max(fixed, key=lambda p: speed[p]) if fixed else None
+    best = max(fixed, key=lambda p: index[p]) if fixed else None
     phases = sorted({w.phase for w in paired})
     rows = []
     for p in policies:
@@ -161,13 +232,13 @@ def summarize_cell(ws: Sequence[Window]) -> PairedCell:
         per_round: list[float] = []
         if best is not None:
             for g in rounds.values():
-                a, b = _speed(g[p]), _speed(g[best])
+                a, b = _index(g[p], ref), _index(g[best], ref)
                 if a is not None and b:
                     per_round.append(a / b)
             by_server = []
             for s in sorted({key[0] for key in rounds}):
-                a = _speed([w for w in paired if w.policy == p and w.server_round == s])
-                b = _speed([w for w in paired if w.policy == best and w.server_round == s])
+                a = _index([w for w in paired if w.policy == p and w.server_round == s], ref)
+                b = _index([w for w in paired if w.policy == best and w.server_round == s], ref)
                 if a is not None and b:
                     by_server.append(a / b)
             if per_round:
@@ -176,8 +247,8 @@ def summarize_cell(ws: Sequence[Window]) -> PairedCell:
             if by_server:
                 lo, hi = min(by_server), max(by_server)
             if len(phases) > 1:
-                phase_ratio = _phase_ratio(paired, p, fixed, phases)
-        rows.append(PolicyRow(policy=p, tok_s=speed[p], ratio=ratio, q1=q1, q3=q3,
+                phase_ratio = _phase_ratio(paired, p, fixed, phases, ref)
+        rows.append(PolicyRow(policy=p, tok_s=index[p] * pooled, ratio=ratio, q1=q1, q3=q3,
                               rounds=len(per_round), server_lo=lo, server_hi=hi,
                               phase_ratio=phase_ratio))
     w0 = ws[0]
@@ -185,20 +256,22 @@ def summarize_cell(ws: Sequence[Window]) -> PairedCell:
 
 
 def _phase_ratio(paired: Sequence[Window], policy: str, fixed: Sequence[str],
-                 phases: Sequence[int]) -> float | None:
+                 phases: Sequence[int], ref: Reference) -> float | None:
     """A policy's speed over the per-phase best fixed K's, composed: for each phase the
-    time its tokens (the policy's own) take at the best fixed K's speed of that phase."""
+    time its tokens (the policy's own, at its batches) take at the best fixed K's index of
+    that phase."""
     own = 0.0
     oracle = 0.0
     for ph in phases:
         mine = [w for w in paired if w.policy == policy and w.phase == ph]
-        tokens = sum(w.tokens for w in mine)
-        speeds = [s for f in fixed
-                  if (s := _speed([w for w in paired if w.policy == f and w.phase == ph]))]
-        if not mine or not speeds or tokens == 0:
+        idx = _index(mine, ref)
+        best = [i for f in fixed
+                if (i := _index([w for w in paired if w.policy == f and w.phase == ph], ref))]
+        if not mine or not best or not idx:
             return None
-        own += sum(w.ms for w in mine)
-        oracle += 1000.0 * tokens / max(speeds)
+        ms = sum(m for w in mine for _b, _n, _t, m in w.rows())
+        own += ms
+        oracle += ms * idx / max(best)
     return oracle / own if own > 0 else None
 
 
@@ -223,9 +296,11 @@ def markdown(ws: Sequence[Window]) -> str:
             f"{', '.join(f'{x:.2f}' for x in loads)}.")
     lines = ["", "## Paired in-engine comparison", "",
              "One server, the policies taking turns in windows of decode steps "
-             "(`--adaptive-compare`). Each cell: pooled tok/s, then `/ best fixed` as the "
-             "median [quartiles] over rotation rounds (n), the pooled ratio's min-max over "
-             "server rounds, and for a swing the ratio to the per-phase best fixed K." + load, "",
+             "(`--adaptive-compare`), each window's speed set against every policy's steps "
+             "at the same decoding batch. Each cell: tok/s at the cell's batch mix, then "
+             "`/ best fixed` as the median [quartiles] over rotation rounds (n), the pooled "
+             "ratio's min-max over server rounds, and for a swing the ratio to the "
+             "per-phase best fixed K." + load, "",
              "| workload | conc | best fixed | policy | tok/s | / best fixed [q1-q3] (n) "
              "| server rounds | / per-phase best |",
              "|---|---|---|---|---|---|---|---|"]
