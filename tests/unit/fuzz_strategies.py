@@ -927,12 +927,12 @@ RESULTS_BASE = {
               "mean_accept_len": 2.1, "mean_k": 2.5, "load_1m": 1.5, "settle_steps": 3}],
     "paired": [{"workload": "code", "concurrency": 4, "phase": 0, "server_round": 1, "window": 0,
                 "round": 0, "policy": "fixed:2", "steps": 16, "tokens": 80, "ms": 400.0,
-                "batch": 4.0, "load_1m": None}],
+                "batch": 4.0, "load_1m": None, "by_batch": [[4, 16, 80, 400.0]]}],
 }
 RESULTS_KEYS = ("command", "machine", "runs", "paired", "config", "policy", "k", "workload",
                 "concurrency", "round", "output_tok_s", "tpot_ms", "mean_accept_len", "mean_k",
                 "load_1m", "settle_steps", "phase", "server_round", "window", "steps", "tokens",
-                "ms", "batch")
+                "ms", "batch", "by_batch")
 
 
 def _run_results(case: FileCase, workdir: pathlib.Path) -> Any:
@@ -967,9 +967,9 @@ def _decision_bases() -> list[list[Any]]:
             lines += ctl.drain_records()
         lines += [{"step": 3, "drafter": {"skipped": 1, "caught_up": 0}},
                   {"window": 1, "round": 1, "policy": "fixed:2", "steps": 3, "tokens": 30,
-                   "ms": 20.0, "batch": 3.0},
+                   "ms": 20.0, "batch": 3.0, "by_batch": [[3, 3, 30, 20.0]]},
                   {"window": 2, "round": 1, "policy": "online", "steps": 3, "tokens": 24,
-                   "ms": 20.0, "batch": 3.0}]
+                   "ms": 20.0, "batch": 3.0, "by_batch": [[2, 1, 6, 8.0], [3, 2, 18, 12.0]]}]
         out.append(json.loads(json.dumps(lines)))  # plain JSON types
     return out
 
@@ -978,7 +978,7 @@ DECISION_BASES = _decision_bases()
 DECISION_KEYS = ("trace", "version", "settings", "host", "step", "t", "batch", "k", "k_i",
                  "policy", "reason", "est_accept", "est_cost_ms", "est_costs", "est_goodput",
                  "drafted", "accepted", "ms", "drafter", "skipped", "caught_up", "window",
-                 "round", "steps", "tokens", "r0")
+                 "round", "steps", "tokens", "by_batch", "r0")
 
 
 def _run_decisions(case: FileCase, workdir: pathlib.Path) -> Any:
