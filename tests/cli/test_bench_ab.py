@@ -450,6 +450,15 @@ def test_demo_end_to_end(fixtures_dir, tmp_path):
         ("code", 1), ("code", 4), ("code", 16), ("swing", "swing")}
     assert {w["policy"] for w in doc["paired"]} == {"fixed:1", "fixed:2", "fixed:3", "fixed:4",
                                                     "online"}
+    # one round judges no goal, and the ratio table says so in every cell
+    judged = [line for line in lines if line.startswith(("| code |", "| swing |"))
+              and line.endswith("| no: none 1 round(s) |")]
+    assert len(judged) == 4, lines
+    # each window's sums split by decoding batch add up to the window's own
+    measured = [w for w in doc["paired"] if w["steps"]]
+    assert measured and all(
+        sum(r[1] for r in w["by_batch"]) == w["steps"]
+        and sum(r[2] for r in w["by_batch"]) == w["tokens"] for w in measured)
     assert "## Paired in-engine comparison" in proc.stdout
     assert (out / "ab.png").read_bytes()[:4] == b"\x89PNG"
     pids = [int(p) for p in re.findall(r"server pid (\d+)", proc.stdout)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -54,11 +55,27 @@ def test_ratio_table_rows():
     runs = sample_runs()
     table = R.ratio_table(R.summarize(runs, ["code", "swing"]), R.config_order(runs))
     lines = table.splitlines()
-    assert lines[0] == "| workload | conc | best fixed | none | fixed-k1 | fixed-k2 | online |"
+    assert lines[0] == ("| workload | conc | best fixed | none | fixed-k1 | fixed-k2 | online "
+                        "| judged |")
     assert lines[2] == ("| code | 1 | fixed-k2 | 1.00 / 0.50 | 1.50 / 0.75 | 2.00 / 1.00 "
-                        "| 2.05 / 1.02 |")
+                        "| 2.05 / 1.02 | no: none spread 20.0% |")
     assert lines[3].startswith("| swing | swing | fixed-k1 | 1.00 / 0.75 | 1.33 / 1.00 ")
-    assert lines[3].endswith("| 1.60 / 1.20 |")
+    assert lines[3].endswith("| 1.60 / 1.20 | yes |")
+
+
+def test_a_cell_judges_a_goal_only_with_three_rounds_quiet_servers_and_spreads_within_10pc():
+    def cell(tok, loads=(0.9, 0.9, 0.9)):
+        return {"none": [run("none", "none", 0, "code", 16, i + 1, 100.0) for i in range(3)],
+                "online": [dataclasses.replace(run("online", "online", 4, "code", 16, i + 1, t),
+                                               load_1m=ld)
+                           for i, (t, ld) in enumerate(zip(tok, loads))]}
+    assert R.verdict(cell((100.0, 105.0, 109.9))) == "yes"
+    assert R.verdict(cell((100.0, 105.0, 111.0))) == "no: online spread 10.5%"
+    assert R.verdict(cell((100.0, 101.0, 102.0), (0.9, 1.6, 1.0))) == (
+        "no: online started at load 1.60")
+    two = cell((100.0, 101.0, 102.0))
+    two["online"] = two["online"][:2]
+    assert R.verdict(two) == "no: online 2 round(s)"
 
 
 def test_markdown_report_has_every_table():

@@ -15,7 +15,11 @@ judges nothing).
 
 ``policy`` is one of none | fixed | native_table | online | budget | plugin_fixed; ``k`` is K for
 ``fixed`` and ``plugin_fixed``, Kmax for the others and 0 for ``none``; ``concurrency`` is an int or ``"swing"``.  Goals are
-judged on medians over rounds; spread is reported as min..max.
+judged on medians over rounds; spread is reported as min..max.  The ratio table says of each
+cell whether it judges a goal (:func:`verdict`): at least ``MIN_ROUNDS`` rounds of every
+configuration, every configuration's spread ``(max - min) / median`` at most
+``SPREAD_LIMIT``, and no server started above ``LOAD_LIMIT``; otherwise the first reason it
+does not.
 
 Pure Python: no vLLM import.
 """
@@ -179,6 +183,11 @@ def load_results(path: pathlib.Path) -> tuple[dict[str, Any], list[Run]]:
 # --------------------------------------------------------------------------- aggregation
 
 
+MIN_ROUNDS = 3  # rounds a cell needs to judge a goal
+SPREAD_LIMIT = 0.10  # a configuration's (max - min) / median above this judges nothing
+LOAD_LIMIT = 1.5  # a server started above this 1-minute load average judges nothing
+
+
 @dataclasses.dataclass(frozen=True)
 class Stat:
     """Median and spread (min..max) of one quantity over rounds."""
@@ -204,12 +213,32 @@ class CellSummary:
     accept: dict[str, float]  # config -> median mean_accept_len
     mean_k: dict[str, float]  # config -> median mean_k
     best_fixed: str | None  # the fixed-K config with the highest median tok/s
+    verdict: str = "yes"  # whether the cell judges a goal ("yes", or "no: " and why)
 
     def ratio(self, config: str, base: str | None) -> float | None:
         if base is None or base not in self.configs or config not in self.configs:
             return None
         b = self.configs[base].median
         return self.configs[config].median / b if b > 0 else None
+
+
+def verdict(per_config: Mapping[str, Sequence[Run]]) -> str:
+    """Whether one cell's runs judge a goal: "yes", or "no: " and the first reason (fewer
+    than ``MIN_ROUNDS`` rounds, a spread above ``SPREAD_LIMIT``, a server started above
+    ``LOAD_LIMIT``)."""
+    for config, rs in per_config.items():
+        if len(rs) < MIN_ROUNDS:
+            return f"no: {config} {len(rs)} round(s)"
+    for config, rs in per_config.items():
+        loads = [r.load_1m for r in rs if r.load_1m is not None]
+        if loads and max(loads) > LOAD_LIMIT:
+            return f"no: {config} started at load {max(loads):.2f}"
+    for config, rs in per_config.items():
+        st = Stat.of([r.output_tok_s for r in rs])
+        spread = (st.hi - st.lo) / st.median if st.median > 0 else float("inf")
+        if spread > SPREAD_LIMIT:
+            return f"no: {config} spread {spread:.1%}"
+    return "yes"
 
 
 def _cell_order(cell: tuple[str, int | str], workload_order: Sequence[str]) -> tuple[int, int]:
@@ -244,7 +273,7 @@ def summarize(runs: Sequence[Run], workload_order: Sequence[str] = ()) -> list[C
             workload=cell[0], concurrency=cell[1], configs=stats,
             accept={c: float(statistics.median([r.mean_accept_len for r in rs])) for c, rs in per.items()},
             mean_k={c: float(statistics.median([r.mean_k for r in rs])) for c, rs in per.items()},
-            best_fixed=best))
+            best_fixed=best, verdict=verdict(per)))
     return out
 
 
@@ -270,15 +299,16 @@ def throughput_table(cells: Sequence[CellSummary], configs: Sequence[str]) -> st
 
 def ratio_table(cells: Sequence[CellSummary], configs: Sequence[str]) -> str:
     """One row per cell: for each configuration ``median / none`` and ``median / best fixed K``
-    (as ``a / b``), plus which fixed K was best in that cell."""
-    head = ("| workload | conc | best fixed | " + " | ".join(configs) + " |")
-    sep = "|---|---|---|" + "---|" * len(configs)
+    (as ``a / b``), plus which fixed K was best in that cell and whether the cell judges a
+    goal (:func:`verdict`)."""
+    head = ("| workload | conc | best fixed | " + " | ".join(configs) + " | judged |")
+    sep = "|---|---|---|" + "---|" * len(configs) + "---|"
     rows = [head, sep]
     for c in cells:
         vals = [f"{_fmt_ratio(c.ratio(cfg, 'none'))} / {_fmt_ratio(c.ratio(cfg, c.best_fixed))}"
                 if cfg in c.configs else "-" for cfg in configs]
         rows.append(f"| {c.workload} | {c.concurrency} | {c.best_fixed or '-'} | "
-                    + " | ".join(vals) + " |")
+                    + " | ".join(vals) + f" | {c.verdict} |")
     return "\n".join(rows)
 
 
@@ -325,7 +355,9 @@ def markdown_report(runs: Sequence[Run], workload_order: Sequence[str] = ()) -> 
     settle = settle_table(runs, workload_order)
     return "\n".join([
         f"Median ratios over {len(rounds)} round(s): each cell `config / none` and "
-        f"`config / best fixed K of the cell`.{load}",
+        f"`config / best fixed K of the cell`.{load} A cell judges a goal with at least "
+        f"{MIN_ROUNDS} rounds of every configuration, each one's spread (max - min) / median "
+        f"at most {SPREAD_LIMIT:.0%} and no server started above load {LOAD_LIMIT}.",
         "",
         ratio_table(cells, configs),
         "",
