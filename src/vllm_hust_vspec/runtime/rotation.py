@@ -45,20 +45,20 @@ class _Window:
     round: int
     index: int  # which policy
     decisions: int = 0
-    steps: int = 0
-    tokens: int = 0
-    ms: float = 0.0
-    batch_sum: int = 0
-    by_batch: dict[int, list] = dataclasses.field(default_factory=dict)  # batch -> [steps, tokens, ms]
+    # the measured steps' sums by decoding batch: batch -> [steps, tokens, ms] (the record's
+    # totals are their sums)
+    by_batch: dict[int, list] = dataclasses.field(default_factory=dict)
     first_step: int | None = None  # the window's first decision (its step number)
     after: int | None = None  # the policy of the window before (None: the first window)
 
     def record(self, names: Sequence[str]) -> dict[str, Any]:
+        rows = sorted(self.by_batch.items())
+        steps = sum(n for _b, (n, _t, _ms) in rows)
         return {"window": self.number, "round": self.round, "policy": names[self.index],
-                "steps": self.steps, "tokens": self.tokens, "ms": round(self.ms, 3),
-                "batch": round(self.batch_sum / self.steps, 3) if self.steps else 0.0,
-                "by_batch": [[b, n, t, round(ms, 3)]
-                             for b, (n, t, ms) in sorted(self.by_batch.items())]}
+                "steps": steps, "tokens": sum(t for _b, (_n, t, _ms) in rows),
+                "ms": round(sum(ms for _b, (_n, _t, ms) in rows), 3),
+                "batch": round(sum(b * n for b, (n, _t, _ms) in rows) / steps, 3) if steps else 0.0,
+                "by_batch": [[b, n, t, round(ms, 3)] for b, (n, t, ms) in rows]}
 
 
 class Rotation:
@@ -114,10 +114,6 @@ class Rotation:
             return []
         settle = w.first_step is not None and step < w.first_step + SETTLE_STEPS
         if cycle_ms is not None and not settle and batch > 0:
-            w.steps += 1
-            w.tokens += int(tokens)
-            w.ms += float(cycle_ms)
-            w.batch_sum += int(batch)
             row = w.by_batch.setdefault(int(batch), [0, 0, 0.0])
             row[0] += 1
             row[1] += int(tokens)

@@ -161,9 +161,9 @@ def _reference(ws: Sequence[Window]) -> dict[tuple[int, int], float]:
     return {key: tok[key] / ms[key] for key in tok if ms[key] > 0 and tok[key] > 0}
 
 
-def _index(ws: Sequence[Window], ref: Reference) -> float | None:
-    """The time the reference takes for the windows' tokens at their batches, over the
-    time the windows took (None: no measured time)."""
+def _times(ws: Sequence[Window], ref: Reference) -> tuple[float, float]:
+    """(the time the reference takes for the windows' tokens at their batches, the time the
+    windows took there)."""
     expected = 0.0
     own = 0.0
     for w in ws:
@@ -172,6 +172,12 @@ def _index(ws: Sequence[Window], ref: Reference) -> float | None:
             if r:
                 expected += t / r
                 own += m
+    return expected, own
+
+
+def _index(ws: Sequence[Window], ref: Reference) -> float | None:
+    """The windows' index: :func:`_times`' ratio (None: no measured time)."""
+    expected, own = _times(ws, ref)
     return expected / own if own > 0 else None
 
 
@@ -263,15 +269,13 @@ def _phase_ratio(paired: Sequence[Window], policy: str, fixed: Sequence[str],
     own = 0.0
     oracle = 0.0
     for ph in phases:
-        mine = [w for w in paired if w.policy == policy and w.phase == ph]
-        idx = _index(mine, ref)
+        expected, ms = _times([w for w in paired if w.policy == policy and w.phase == ph], ref)
         best = [i for f in fixed
                 if (i := _index([w for w in paired if w.policy == f and w.phase == ph], ref))]
-        if not mine or not best or not idx:
+        if not best or ms <= 0 or expected <= 0:
             return None
-        ms = sum(m for w in mine for _b, _n, _t, m in w.rows())
         own += ms
-        oracle += ms * idx / max(best)
+        oracle += expected / max(best)
     return oracle / own if own > 0 else None
 
 
