@@ -101,8 +101,11 @@ cmd_install_dev() {
         installed=1
     fi
     # the fixture build needs the host only (torch, transformers, vLLM for its MAL check):
-    # it trains while the rest installs and byte-compiles (cmd_fixtures waits for it)
+    # it trains while the rest installs and byte-compiles (cmd_fixtures waits for it); the
+    # host's CUDA builds of torchvision & co. go first (transformers' model imports fail
+    # beside them)
     if [[ -n "$FIXTURES_ALONGSIDE" && $DRY_RUN -eq 0 ]]; then
+        remove_strays
         start_fixture_build "${FIXTURE_ARGS[@]}"
     fi
     if project_ok && project_points_here; then
@@ -120,15 +123,21 @@ cmd_install_dev() {
         run "${pip[@]}" "${inst[@]}" -c "$cons" "${TEST_DEPS[@]}"
         installed=1
     fi
+    remove_strays
+    [[ $installed -eq 1 ]] && compile_venv
+    say "ready: $VENV"
+}
+
+# pip pulls CUDA builds of torchvision, torchaudio and torchcodec with the host: they break
+# 'from vllm import LLM' and transformers' model imports.
+remove_strays() {
     local stray
     stray="$("$VENV/bin/python" -m pip list --format=freeze 2>/dev/null | grep -i -o -E '^(torchvision|torchaudio|torchcodec)' | tr '\n' ' ' || true)"
     if [[ -n "$stray" ]]; then
         say "removing $stray(CUDA builds pulled by pip; they break 'from vllm import LLM')"
         # shellcheck disable=SC2086
-        run "${pip[@]}" uninstall -y $stray
+        run "$VENV/bin/python" -m pip --disable-pip-version-check uninstall -y $stray
     fi
-    [[ $installed -eq 1 ]] && compile_venv
-    say "ready: $VENV"
 }
 
 # Byte-compile the venv's site-packages on every core (what pip's --no-compile left out; a
