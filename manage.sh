@@ -7,9 +7,7 @@
 #                              this version from dist/ (--no-index --find-links dist/); then validate
 #   fixtures [BUILDER ARGS]    build (or find cached) the tiny model fixtures (a full build also the
 #                              DSpark drafter: scripts/build_dspark_fixture.py); prints their directory last
-#                              (--stage base: only the demo's part; --threads N; scripts/build_fixtures.py --help);
-#                              installs the venv first where it is incomplete, training from the
-#                              moment the host is in, beside the rest of the install
+#                              (--stage base: only the demo's part; --threads N; scripts/build_fixtures.py --help)
 #   test [ARGS]                install what is missing, then run the test suite (pytest ARGS)
 #   upgrade|rollback (--version V [--index-url URL] | --wheel W) [--no-deps] [--enable]
 #                              no-cache install from dist/ (or the index), then validate and check
@@ -32,10 +30,6 @@ TORCH_WHEELS="${VSPEC_TORCH_WHEELS:-/opt/wheels}"
 TEST_DEPS=(pytest pytest-timeout pytest-xdist requests scipy build matplotlib pandas hypothesis)
 DRY_RUN=0
 PYTHON_BIN=""
-FIXTURES_ALONGSIDE=""  # set by cmd_fixtures: cmd_install_dev starts the build after the host
-FIXTURE_ARGS=()
-FIXTURE_PID=""
-FIXTURE_OUT=""
 
 say() { printf '[manage.sh] %s\n' "$*" >&2; }
 die() { printf '[manage.sh] error: %s\n' "$*" >&2; exit 1; }
@@ -100,14 +94,6 @@ cmd_install_dev() {
         run "${pip[@]}" "${inst[@]}" "${links[@]}" "$HOST_PIN"
         installed=1
     fi
-    # the fixture build needs the host only (torch, transformers, vLLM for its MAL check):
-    # it trains while the rest installs and byte-compiles (cmd_fixtures waits for it); the
-    # host's CUDA builds of torchvision & co. go first (transformers' model imports fail
-    # beside them)
-    if [[ -n "$FIXTURES_ALONGSIDE" && $DRY_RUN -eq 0 ]]; then
-        remove_strays
-        start_fixture_build "${FIXTURE_ARGS[@]}"
-    fi
     if project_ok && project_points_here; then
         say "project (editable) and test deps already installed"
     else
@@ -123,21 +109,15 @@ cmd_install_dev() {
         run "${pip[@]}" "${inst[@]}" -c "$cons" "${TEST_DEPS[@]}"
         installed=1
     fi
-    remove_strays
-    [[ $installed -eq 1 ]] && compile_venv
-    say "ready: $VENV"
-}
-
-# pip pulls CUDA builds of torchvision, torchaudio and torchcodec with the host: they break
-# 'from vllm import LLM' and transformers' model imports.
-remove_strays() {
     local stray
     stray="$("$VENV/bin/python" -m pip list --format=freeze 2>/dev/null | grep -i -o -E '^(torchvision|torchaudio|torchcodec)' | tr '\n' ' ' || true)"
     if [[ -n "$stray" ]]; then
         say "removing $stray(CUDA builds pulled by pip; they break 'from vllm import LLM')"
         # shellcheck disable=SC2086
-        run "$VENV/bin/python" -m pip --disable-pip-version-check uninstall -y $stray
+        run "${pip[@]}" uninstall -y $stray
     fi
+    [[ $installed -eq 1 ]] && compile_venv
+    say "ready: $VENV"
 }
 
 # Byte-compile the venv's site-packages on every core (what pip's --no-compile left out; a
@@ -154,31 +134,9 @@ compile_venv() {
     env -u PYTHONDONTWRITEBYTECODE "$VENV/bin/python" -m compileall -q -j 0 "$site" >/dev/null 2>&1 || true
 }
 
-# The fixture build, started in the background as soon as the host is installed (the
-# rest of the install and the byte-compilation then run beside the training: ~100 s of a
-# fresh ./run.sh demo); its directory goes to $FIXTURE_OUT, its progress to stderr.
-start_fixture_build() {
-    FIXTURE_OUT="$(mktemp)"
-    say "building the fixtures while the install goes on: scripts/build_fixtures.py $*"
-    PYTHONPATH="$ROOT/src${PYTHONPATH:+:$PYTHONPATH}" \
-        "$VENV/bin/python" "$ROOT/scripts/build_fixtures.py" "$@" > "$FIXTURE_OUT" &
-    FIXTURE_PID=$!
-}
-
-venv_complete() { host_ok && project_ok && project_points_here; }
-
 cmd_fixtures() {
-    FIXTURE_ARGS=("$@")
-    if [[ ! -x "$VENV/bin/python" ]] || ! venv_complete; then
-        FIXTURES_ALONGSIDE=1 cmd_install_dev >&2
-    fi
-    if [[ -n "$FIXTURE_PID" ]]; then
-        wait "$FIXTURE_PID" || die "fixture build failed (scripts/build_fixtures.py ${FIXTURE_ARGS[*]}; its log is above)"
-        FIXTURE_PID=""
-        rm -f "$FIXTURE_OUT"
-    fi
+    [[ -x "$VENV/bin/python" ]] || cmd_install_dev >&2
     local dir
-    # a no-op that prints the directory when the build above made it
     dir="$(run "$VENV/bin/python" "$ROOT/scripts/build_fixtures.py" "$@" | tail -n 1)"
     # a full build also gets the DSpark drafter (its own stage and hash: <build>/dspark/)
     if [[ $DRY_RUN -eq 0 && -n "$dir" ]] && grep -q '"stage": "full"' "$dir/manifest.json" 2>/dev/null; then
@@ -194,10 +152,9 @@ cmd_test() {
     local workers="${VSPEC_TEST_WORKERS:-$(nproc)}"
     [[ "$workers" =~ ^[0-9]+$ ]] || die "VSPEC_TEST_WORKERS='$workers' is not a number of workers (0: one process)"
     (( workers > 4 )) && workers=4
-    local dir
-    # the fixtures first: on a fresh machine they train while the install finishes
-    dir="$(cmd_fixtures | tail -n 1)"
     cmd_install_dev
+    local dir
+    dir="$(cmd_fixtures | tail -n 1)"
     [[ $DRY_RUN -eq 1 ]] && dir="${dir:-$ROOT}"
     [[ -d "$dir" ]] || die "fixture build did not print a directory (got '$dir')"
     say "fixtures: $dir"

@@ -1,10 +1,8 @@
 #!/usr/bin/env bash
 # scripts/demo.sh (= ./run.sh demo): the product working on a fresh machine, no GPU, no model.
-#   1. sets up what is missing: the part of the tiny model fixtures the demo uses
-#      (./manage.sh fixtures --stage base: target, target-large, draft, prompts), and .venv
-#      (./manage.sh install --dev); on a fresh machine the first installs the venv and trains
-#      from the moment the host (torch, vLLM) is in, beside the rest of the install; both are
-#      no-ops when already there; ./manage.sh fixtures finishes the rest later;
+#   1. sets up what is missing: .venv (./manage.sh install --dev) and the part of the tiny model
+#      fixtures the demo uses (./manage.sh fixtures --stage base: target, target-large, draft,
+#      prompts; both are no-ops when already there; ./manage.sh fixtures finishes the rest later);
 #   2. runs a short A/B on the large fixture pair (target-large + draft, configs/tiny-cpu-draft.toml),
 #      one round on the `code` and `swing` workloads: none (target only) and online (the plugin)
 #      on their own fresh servers, and `paired`: one server in which fixed K = 1..Kmax and online
@@ -20,19 +18,18 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 say() { printf '[demo] %s\n' "$*" >&2; }
 die() { printf '[demo] error: %s\n' "$*" >&2; exit 1; }
 
+say "set-up: ./manage.sh install --dev (skipped when the venv is complete)"
+"$ROOT/manage.sh" install --dev >&2
 PY="$ROOT/.venv/bin/python"
 if [[ -n "${VSPEC_FIXTURES:-}" ]]; then
     FIXTURES="$VSPEC_FIXTURES"
     [[ -f "$FIXTURES/manifest.json" ]] || die "VSPEC_FIXTURES=$FIXTURES holds no manifest.json (unset it to build the fixtures)"
     say "set-up: fixtures from VSPEC_FIXTURES"
 else
-    # on a fresh machine it installs the venv too, training as soon as the host is in
-    say "set-up: ./manage.sh fixtures --stage base (the models the demo uses; cached after the first build; installs the venv first where it is missing, the training beside the rest of the install)"
+    say "set-up: ./manage.sh fixtures --stage base (the models the demo uses; cached after the first build)"
     FIXTURES="$("$ROOT/manage.sh" fixtures --stage base | tail -n 1)"
     [[ -f "$FIXTURES/manifest.json" ]] || die "./manage.sh fixtures did not give a fixture directory (got '$FIXTURES')"
 fi
-say "set-up: ./manage.sh install --dev (skipped when the venv is complete)"
-"$ROOT/manage.sh" install --dev >&2
 
 OUT="${VSPEC_DEMO_DIR:-$HOME/.cache/vllm-hust-vspec/demo/$(date -u +%Y%m%d-%H%M%S)}"
 say "fixtures: $FIXTURES"
