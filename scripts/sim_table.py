@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from vllm_hust_vspec.adaptive.generators import KINDS, generate
 from vllm_hust_vspec.adaptive.simulate import simulate
+from vllm_hust_vspec.tools.argtypes import positive_int
 
 # targets of issue 3 ("what it must show")
 VS_ORACLE = 0.95
@@ -74,6 +75,8 @@ def measure(kind: str, seed: int, policies: tuple[str, ...] = ("online",), scale
     on the same trace (simulator seeds ``seed``, ``seed + 1000``, ...): one draw of a short
     cell moves online / best fixed K by a few percent (stationary-high seed 1 over 6 draws:
     0.975-0.988)."""
+    if draws < 1:
+        raise ValueError(f"draws must be a positive integer, got {draws!r}")
     trace = generate(kind, seed, scale)
     reports = [simulate(trace, list(policies), seed + 1000 * i) for i in range(draws)]
     for report in reports:
@@ -82,7 +85,7 @@ def measure(kind: str, seed: int, policies: tuple[str, ...] = ("online",), scale
     for report in reports:
         for k, r in report.fixed.items():
             fixed[k] = fixed.get(k, 0.0) + r.tok_s / draws
-    best_k = max(sorted(fixed), key=fixed.__getitem__)
+    best_k = max(fixed, key=lambda k: (fixed[k], -k))  # simulate()'s rule: ties to the smaller K
     return Cell(kind, seed, trace.header.max_num_seqs, best_k, fixed[best_k],
                 sum(r.oracle.tok_s for r in reports) / draws,
                 {name: sum(r.policies[name].tok_s for r in reports) / draws for name in policies})
@@ -111,8 +114,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--policies", default="online,budget,profile",
                         help="comma-separated policies; online is always included (default online,budget,profile)")
     parser.add_argument("--scale", type=float, default=1.0, help="trace size multiplier (default 1.0)")
-    parser.add_argument("--draws", type=int, default=1,
-                        help="step-time noise draws averaged per cell (default 1; the test uses 3)")
+    parser.add_argument("--draws", type=positive_int, default=1,
+                        help="step-time noise draws averaged per cell (default 1)")
     args = parser.parse_args(argv)
     policies = tuple(dict.fromkeys(["online", *[p for p in args.policies.split(",") if p]]))
     cells = [measure(kind, seed, policies, args.scale, args.draws)

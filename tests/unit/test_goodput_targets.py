@@ -40,6 +40,34 @@ def test_online_meets_targets(kind, seed):
     )
 
 
+def test_a_cell_of_several_draws_is_the_mean_of_each_draws_goodput(capsys):
+    """``measure(draws=N)`` (``sim_table.py --draws N``): every goodput of the cell is the
+    mean over N step-time noise draws on one trace, the best fixed K the best of the means."""
+    from vllm_hust_vspec.adaptive.generators import generate
+    from vllm_hust_vspec.adaptive.simulate import simulate
+
+    trace = generate("noisy", 0, 0.2)
+    reports = [simulate(trace, ["online"], s) for s in (0, 1000)]
+    cell = sim_table.measure("noisy", 0, ("online",), 0.2, draws=2)
+    means = {k: (reports[0].fixed[k].tok_s + reports[1].fixed[k].tok_s) / 2
+             for k in reports[0].fixed}
+    assert cell.best_fixed_k == max(means, key=lambda k: (means[k], -k))
+    assert cell.best_fixed == pytest.approx(means[cell.best_fixed_k])
+    assert cell.oracle == pytest.approx((reports[0].oracle.tok_s + reports[1].oracle.tok_s) / 2)
+    assert cell.tok_s["online"] == pytest.approx(
+        (reports[0].policies["online"].tok_s + reports[1].policies["online"].tok_s) / 2)
+    assert reports[0].policies["online"].tok_s != reports[1].policies["online"].tok_s
+    one = sim_table.measure("noisy", 0, ("online",), 0.2)
+    assert (one.best_fixed_k, one.tok_s["online"]) == (reports[0].best_fixed_k,
+                                                         reports[0].policies["online"].tok_s)
+    with pytest.raises(ValueError, match="draws must be a positive integer, got 0"):
+        sim_table.measure("noisy", 0, ("online",), 0.2, draws=0)
+    with pytest.raises(SystemExit) as exc:
+        sim_table.main(["--draws", "0"])
+    assert exc.value.code == 2
+    assert "--draws: expected a positive integer, got '0'" in capsys.readouterr().err
+
+
 def test_same_result_whatever_the_blas_kernel():
     """numpy's BLAS kernel (OPENBLAS_CORETYPE, which some machines set) sums in another order;
     the controller must not decide a near-tie by that: the same cell gives the same goodput
