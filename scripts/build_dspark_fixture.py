@@ -18,6 +18,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 from dspark_fixture import build as B  # noqa: E402
 from fixtures import params as P  # noqa: E402
+from fixtures import malloc  # noqa: E402
 from fixtures import store  # noqa: E402
 
 
@@ -46,4 +47,5 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
+    malloc.reexec_with_tunables()  # training reuses freed memory (scripts/fixtures/malloc.py)
     sys.exit(main(sys.argv[1:]))

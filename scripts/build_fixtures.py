@@ -20,6 +20,7 @@ import sys
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 from fixtures import params as P  # noqa: E402
+from fixtures import malloc  # noqa: E402
 from fixtures import store  # noqa: E402
 
 
@@ -87,4 +88,5 @@ def main(argv: list[str]) -> int:
     return 0
 
 if __name__ == "__main__":
+    malloc.reexec_with_tunables()  # training reuses freed memory (scripts/fixtures/malloc.py)
     sys.exit(main(sys.argv[1:]))
