@@ -85,15 +85,10 @@ choose_installer() {
         uv|auto) ;;
         *) die "VSPEC_INSTALLER='$want' is not an installer (uv, pip or auto)" ;;
     esac
-    if [[ $DRY_RUN -eq 1 ]]; then
-        [[ -x "$VENV/bin/uv" ]] || run "$VENV/bin/python" -m pip --disable-pip-version-check install -q "$UV_PIN"
-        INSTALLER=uv
-        return 0
-    fi
     if [[ ! -x "$VENV/bin/uv" ]] \
-        && ! "$VENV/bin/python" -m pip --disable-pip-version-check install -q "$UV_PIN" >&2; then
+        && ! run "$VENV/bin/python" -m pip --disable-pip-version-check install -q "$UV_PIN" >&2; then
         why="'pip install $UV_PIN' failed"
-    elif ! "$VENV/bin/python" "$ROOT/scripts/uv_install.py" --venv "$VENV" --check; then
+    elif [[ $DRY_RUN -eq 0 ]] && ! "$VENV/bin/python" "$ROOT/scripts/uv_install.py" --venv "$VENV" --check; then
         why="pip's configuration cannot be handed to uv (above)"
     fi
     if [[ -z "$why" ]]; then INSTALLER=uv; return 0; fi

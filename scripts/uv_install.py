@@ -41,8 +41,6 @@ _HARMLESS = frozenset({
     "verbose", "no-color", "no-input", "root-user-action", "no-warn-script-location",
     "no-python-version-warning", "retries", "exists-action", "break-system-packages",
 })
-# Sections of pip's configuration that apply to `pip install`.
-_SECTIONS = ("global", "install")
 
 
 def _truthy(value: str) -> bool:
