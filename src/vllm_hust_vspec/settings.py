@@ -242,6 +242,12 @@ OPTIONS: tuple[Option, ...] = (
            "Decisions per window of --adaptive-compare (the first step of each window is "
            "not measured: it verifies the previous policy's drafts).", minimum=4,
            group="controller"),
+    Option("adaptive_compare_waves", "bool", False,
+           "With --adaptive-compare: a window per wave of requests instead of per "
+           "--adaptive-compare-window decisions; a new window begins at the first decision "
+           "whose running requests are all new. For a client that sends each wave once per "
+           "compared policy and waits for it (vllm-hust-vspec-bench ab --paired-waves), so that "
+           "every policy serves the same texts.", group="controller"),
     Option("adaptive_refill_batch", "int", None,
            "Admission control: while requests run and others wait, admit waiting requests "
            "only once min(N, waiting) batch slots are free, so that the batch refills in "
@@ -729,9 +735,14 @@ def policies_in_use(settings: Mapping[str, Any]) -> tuple[str, ...]:
 
 def check_compare(settings: Mapping[str, Any], source: str) -> None:
     """``adaptive_compare``: two or more known, distinct policies, a decision trace to
-    write the windows to, and no recording run (which needs one fixed K)."""
+    write the windows to, and no recording run (which needs one fixed K); waves only with it."""
     entries = compare_entries(settings)
     if not entries:
+        if settings["adaptive_compare_waves"]:
+            raise SettingsError(
+                f"{source}: adaptive_compare_waves ({option('adaptive_compare_waves').cli_flag}) "
+                f"shapes the windows of adaptive_compare ({option('adaptive_compare').cli_flag}), "
+                f"which is not set")
         return
     flag = f"{option('adaptive_compare').cli_flag} / {option('adaptive_compare').env}"
     for entry in entries:

@@ -146,6 +146,10 @@ def test_dry_run_paired_takes_the_policies_in_turns_in_one_server(fake):
     got = dry_run(fake, "--configs", "paired", "--paired-policies", "fixed:0,fixed:2,budget",
                   "--workloads", "code", "--concurrency", "2", "--", "--config", PRESET)
     assert got["paired"]["env"]["HUST_VSPEC_ADAPTIVE_COMPARE"] == "fixed:0,fixed:2,budget"
+    assert got["paired"]["env"]["HUST_VSPEC_ADAPTIVE_COMPARE_WAVES"] == "0"
+    got = dry_run(fake, "--configs", "paired", "--paired-waves", "--workloads", "code",
+                  "--concurrency", "2", "--", "--config", PRESET)
+    assert got["paired"]["env"]["HUST_VSPEC_ADAPTIVE_COMPARE_WAVES"] == "1"
 
 
 def test_budget_servers_alone_get_the_cost_table(fake, tmp_path):
@@ -212,6 +216,7 @@ def test_dspark_without_the_plugin_is_refused_on_the_v1_runner(fake):
     (["--paired-policies", "online"], "--paired-policies: give two or more"),
     (["--paired-policies", "sweep,online"], "unknown policy 'sweep'"),
     (["--paired-window", "2"], "--paired-window: 2 must be >= 4"),
+    (["--configs", "none", "--paired-waves"], "--paired-waves is given but --configs has no paired"),
 ])
 def test_bad_paired_input_is_one_error_before_any_server(fake, args, message):
     proc = bench("--configs", "paired", "--prompts-dir", str(fake["prompts"]), *args,

@@ -93,3 +93,45 @@ def _lines(path):
 def test_is_decision_ignores_window_records():
     assert not is_decision({"window": 1, "round": 1, "policy": "fixed:1", "steps": 3,
                             "tokens": 9, "ms": 1.0, "batch": 3.0})
+
+
+def test_waves_every_policy_serves_the_same_texts(fixtures_dir, tmp_path):
+    """``adaptive_compare_waves``: each prompt sent once per policy (batch 1, one after the
+    other, as ``bench ab --paired-waves`` sends a wave): a window per request, each round one
+    prompt's replays under both policies, every replay's output the target's."""
+    prompts = mixed_prompts(fixtures_dir, 3)
+    with plugin_env(enabled=False):
+        llm = make_llm(fixtures_dir / "target", max_num_seqs=4)
+        expected, ids = greedy(llm, prompts, MAX_TOKENS), prompt_ids(llm, prompts)
+        close(llm)
+    trace = tmp_path / "waves.jsonl"
+    model, spec = engine_spec(fixtures_dir, "draft_model", KMAX)
+    policies = ("fixed:1", "fixed:3")
+    with plugin_env(adaptive_compare=",".join(policies), adaptive_compare_waves=True,
+                    adaptive_trace_file=trace):
+        llm = make_llm(model, spec, max_num_seqs=4)
+        try:
+            replays = [[greedy(llm, [p], MAX_TOKENS)[0] for _ in policies] for p in prompts]
+        finally:
+            close(llm)
+    for i, outs in enumerate(replays):
+        assert_lossless([expected[i]] * len(policies), outs, [ids[i]] * len(policies),
+                        fixtures_dir / "target")
+    windows = [r for r in _lines(trace) if "window" in r]
+    print("windows:", [(w["round"], w["policy"], w["steps"], w["tokens"]) for w in windows])
+    by_round: dict[int, list[dict]] = {}
+    for w in windows:
+        by_round.setdefault(w["round"], []).append(w)
+    # every window is recorded when its wave ends, the last one too
+    assert len(windows) == len(prompts) * len(policies)
+    rounds = sorted(by_round)
+    assert len(rounds) == len(prompts)
+    for r in rounds:
+        assert sorted(w["policy"] for w in by_round[r]) == sorted(policies), by_round[r]
+    # each window decided its own K: fixed K = 1 verified one draft a step, fixed K = 3 three
+    _, decisions, _ = read_decisions(trace)
+    assert {d["k"] for d in decisions} == {1, 3}
+    # the same text: a round's fixed K = 3 window needs fewer steps than its fixed K = 1 one
+    for r in rounds:
+        steps = {w["policy"]: w["steps"] for w in by_round[r]}
+        assert steps["fixed:3"] < steps["fixed:1"], by_round[r]

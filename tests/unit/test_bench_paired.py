@@ -117,3 +117,13 @@ def test_the_report_section_names_the_best_fixed_k_and_the_load():
     assert "| code | 4 | fixed:1 | online | 990.0 | 0.990 [0.990-0.990] (2) |" in text
     assert "Load average (1 min) before each server: 0.50." in text
     assert markdown([]) == ""
+
+
+def test_a_phase_splits_into_waves_of_its_concurrency():
+    from vllm_hust_vspec.tools.bench_driver import waves
+    from vllm_hust_vspec.tools.bench_workloads import Phase
+
+    phase = Phase(4, tuple(range(10)))
+    got = waves(phase)
+    assert [w.requests for w in got] == [(0, 1, 2, 3), (4, 5, 6, 7), (8, 9)]
+    assert {w.concurrency for w in got} == {4}

@@ -61,6 +61,73 @@ def test_bad_rotations_are_refused():
         Rotation(["a", "b"], 2)
 
 
+def _wave(rot, step, requests, steps=3):
+    """``steps`` decisions of one wave of ``requests`` ((id, prompt) pairs); returns the
+    next step number and the policies that decided."""
+    got = []
+    for _ in range(steps):
+        step += 1
+        got.append(rot.decision(step, requests))
+    return step, got
+
+
+def test_waves_a_round_holds_one_waves_replays_whatever_ran_before():
+    """``adaptive_compare_waves``: a window per wave (every running request new); the replays
+    of one wave's prompts fill one round, every policy once, the order shifted each round,
+    also after requests that were never replayed (a warm-up)."""
+    rot = Rotation(["a", "b", "c"], window=16, waves=True)
+    step, warm = _wave(rot, 0, [("w1", [7, 7])])
+    step, warm2 = _wave(rot, step, [("w2", [8])])
+    assert len(set(warm)) == 1 and len(set(warm2)) == 1
+    rounds = []
+    for g in range(3):  # three waves of two requests, each sent once per policy
+        got = []
+        for rep in range(3):
+            reqs = [(f"g{g}r{rep}x", [g, 1]), (f"g{g}r{rep}y", [g, 2])]
+            step, ks = _wave(rot, step, reqs)
+            assert len(set(ks)) == 1  # one policy decides the whole wave
+            got.append(ks[0])
+            assert rot._current.round == rot._by_step[step].round
+        rounds.append(got)
+    # the warm-up requests were rounds 1 and 2 (a window each); rounds 3-5 start one later each
+    assert warm[0] == 0 and warm2[0] == 1
+    assert rounds == [[2, 0, 1], [0, 1, 2], [1, 2, 0]]
+
+
+def test_waves_a_wave_arriving_over_several_decisions_stays_one_window():
+    rot = Rotation(["a", "b"], window=16, waves=True)
+    step, first = _wave(rot, 0, [("x1", [1]), ("y1", [2])])
+    step, idle = _wave(rot, step, [], steps=1)  # nothing running: no new window
+    step, part = _wave(rot, step, [("x2", [1])], steps=1)  # the replay's first request
+    step, rest = _wave(rot, step, [("x2", [1]), ("y2", [2])])
+    assert idle == first[:1] and part[0] != first[0] and set(rest) == {part[0]}
+    assert rot._current.round == 1  # a replay: the same round
+    step, new = _wave(rot, step, [("z3", [3])])  # other prompts: a new round
+    assert rot._current.round == 2
+
+
+def test_waves_a_finished_wave_is_recorded_at_once_and_only_once():
+    rot = Rotation(["a", "b"], window=16, waves=True)
+    step, _ = _wave(rot, 0, [("x1", [1])], steps=2)
+    out = []
+    for s in (1, 2):
+        out += rot.output(s, batch=1, tokens=3, cycle_ms=10.0)
+    out += rot.close()  # every request finished
+    assert [(r["window"], r["policy"], r["steps"], r["tokens"]) for r in out] == [(1, "a", 1, 3)]
+    assert rot.close() == []
+    step, ks = _wave(rot, step, [("x2", [1])], steps=2)  # the replay: the other policy
+    assert set(ks) == {1}
+    for s in (3, 4):
+        out = rot.output(s, batch=1, tokens=2, cycle_ms=5.0)
+        assert all(r["window"] != 1 for r in out)
+    assert [r["window"] for r in rot.close()] == [2]
+
+
+def test_waves_without_compare_are_refused():
+    with pytest.raises(settings_mod.SettingsError, match="adaptive_compare_waves"):
+        settings_mod.validate(settings_mod.Settings({"adaptive_compare_waves": True}), "env")
+
+
 def _compare_runtime(tmp_path, entries, window=4, **values):
     trace = tmp_path / "t.jsonl"
     sched = scheduler(kmax=4, n=2)

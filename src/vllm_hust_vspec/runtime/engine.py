@@ -134,7 +134,8 @@ class EngineRuntime:
         host_table = getattr(spec, "num_speculative_tokens_per_batch_size", None)
         # the paired comparison (adaptive_compare): one controller per policy, taking turns
         entries = settings_mod.compare_entries(settings)
-        self.rotation = (Rotation(entries, settings.adaptive_compare_window) if entries
+        self.rotation = (Rotation(entries, settings.adaptive_compare_window,
+                                  settings.adaptive_compare_waves) if entries
                          else None)
         self._parts = [self._parts_for(entry_settings(settings, e), host_table)
                        for e in entries]
@@ -263,7 +264,9 @@ class EngineRuntime:
                     raise RuntimeError(f"fault injected at step {self.step} "
                                        "(adaptive_inject_fault)")
                 if self.rotation is not None:
-                    index = self.rotation.decision(self.step)
+                    index = self.rotation.decision(self.step, [
+                        (r.request_id, r.prompt_token_ids or ()) for r in running]
+                        if self.rotation.waves else ())
                     if self._parts[index][0] is not self.controller:
                         self._activate(index)
                 d = self.gate.decide(self.step, running,
@@ -492,6 +495,11 @@ class EngineRuntime:
                 self._observe(clocked, batch, verified, timed_ms, prefill, catch_up)
             except Exception:
                 self._trip("observe")
+        if (self.rotation is not None and self.rotation.waves and not self.fault.tripped
+                and not self.scheduler.has_unfinished_requests()):
+            # the wave is over: its window's record now, in the trace slice of the cell
+            # that served it (a client reads the slice once its requests have returned)
+            self.outputs.records(self.rotation.close())
         if self.fault.tripped:  # the fallback's own account of the step
             self.outputs.records([self.fault.result(
                 clocked.step, batch, int(verified.drafted.sum()) if some else 0,

@@ -5,7 +5,13 @@ by tens of percent within minutes: one server per policy cannot show a few perce
 
 The policies run in rounds; each round gives every policy one window of
 ``adaptive_compare_window`` decisions, the order shifted by one each round (every policy
-takes every position).  Each policy has its own controller, which decides only in its own
+takes every position).  With ``adaptive_compare_waves`` a window is a *wave* instead: a new
+window begins at the first decision whose running requests are all new (every request of the
+decision before has finished).  A client that sends each wave of requests once per compared
+policy, waiting for it to finish (``vllm-hust-vspec-bench ab --paired-waves``), then has every
+policy serve the same texts, at temperature 0 the same tokens: the windows of a round differ
+only in the policy (on different texts, a batch-1 window's speed is mostly its prompt's: one
+that falls into a loop accepts every draft).  Each policy has its own controller, which decides only in its own
 windows and observes only their steps (as if it served alone, with pauses).
 
 A window's first step verifies the drafts the previous policy made: it is left out of the
@@ -44,6 +50,8 @@ class _Window:
     number: int
     round: int
     index: int  # which policy
+    position: int = 0  # its place in the round
+    closed: bool = False  # its record was written (waves: when every request finished)
     decisions: int = 0
     # the measured steps' sums by decoding batch: batch -> [steps, tokens, ms] (the record's
     # totals are their sums)
@@ -64,33 +72,76 @@ class _Window:
 class Rotation:
     """Which policy decides each step, and each window's measurement."""
 
-    def __init__(self, names: Sequence[str], window: int) -> None:
+    def __init__(self, names: Sequence[str], window: int, waves: bool = False) -> None:
         if len(names) < 2:
             raise ValueError("a paired comparison needs at least two policies")
-        if window <= SETTLE_STEPS + 1:
+        if not waves and window <= SETTLE_STEPS + 1:
             raise ValueError(f"window of {window} decisions leaves nothing to measure")
         self.names = tuple(names)
         self.window = int(window)
+        self.waves = bool(waves)
+        # waves: the running requests of the last decision that had any, the prompts of the
+        # current round's first wave, and each running request's prompt key
+        self._last_ids: frozenset = frozenset()
+        self._round_prompts: set[int] = set()
+        self._keys: dict[str, int] = {}
         self._current = _Window(number=1, round=1, index=0)
         self._by_step: dict[int, _Window] = {}  # decided, output not yet seen
         self._open: list[_Window] = [self._current]  # windows with steps still to come
 
-    def decision(self, step: int) -> int:
-        """Step ``step`` is being decided: the index of the policy that decides it (a new
-        window begins when the current one has had its decisions)."""
+    def decision(self, step: int, requests: Sequence[tuple[str, Sequence[int]]] = ()) -> int:
+        """Step ``step`` is being decided, for the running ``requests`` (``(request id,
+        prompt token ids)`` pairs, read only with waves): the index of the policy that
+        decides it.  A new window begins when the current one has had its decisions; with
+        waves, when every running request is new."""
         w = self._current
-        if w.decisions >= self.window:
-            n = w.number  # windows so far
-            position = n % len(self.names)
-            rnd = n // len(self.names) + 1
-            index = (position + rnd - 1) % len(self.names)
-            w = self._current = _Window(number=n + 1, round=rnd, index=index, after=w.index)
-            self._open.append(w)
+        if not self.waves:
+            if w.decisions >= self.window:
+                n = w.number  # windows so far
+                self._open_window(n % len(self.names), n // len(self.names) + 1)
+        elif requests:  # nothing running yet (a wave's requests still arriving): no news
+            self._wave_decision(requests)
+        w = self._current
         w.decisions += 1
         if w.first_step is None:
             w.first_step = step
         self._by_step[step] = w
         return w.index
+
+    def _open_window(self, position: int, rnd: int) -> None:
+        """The next window: ``position`` in rotation round ``rnd`` (the order shifted by one
+        each round)."""
+        prev = self._current
+        index = (position + rnd - 1) % len(self.names)
+        self._current = _Window(number=prev.number + 1, round=rnd, index=index, after=prev.index,
+                                position=position)
+        self._open.append(self._current)
+
+    def _wave_decision(self, requests: Sequence[tuple[str, Sequence[int]]]) -> None:
+        """Waves: a decision whose running requests are all new opens a window; it is the
+        next position of the current round when its prompts are ones the round's first wave
+        served (a replay), else the first of a new round.  Keyed by the prompts, a round
+        holds one wave's replays whatever ran before it (a warm-up, a stray request)."""
+        ids = frozenset(rid for rid, _ in requests)
+        w = self._current
+        if w.decisions > 0 and ids.isdisjoint(self._last_ids):
+            prompts = {self._prompt_key(rid, toks) for rid, toks in requests}
+            replay = prompts <= self._round_prompts and w.position + 1 < len(self.names)
+            if replay:
+                self._open_window(w.position + 1, w.round)
+            else:
+                self._open_window(0, w.round + 1)
+                self._round_prompts = set()
+            self._keys = {rid: self._keys[rid] for rid in ids if rid in self._keys}
+        self._last_ids = ids
+        if self._current.position == 0:  # the round's first wave: what its replays will serve
+            self._round_prompts.update(self._prompt_key(rid, toks) for rid, toks in requests)
+
+    def _prompt_key(self, request_id: str, prompt: Sequence[int]) -> int:
+        key = self._keys.get(request_id)
+        if key is None:
+            key = self._keys[request_id] = hash(tuple(prompt))
+        return key
 
     def policy_of(self, step: int) -> int | None:
         """The policy that decided ``step`` (None when the rotation never saw it)."""
@@ -129,6 +180,18 @@ class Rotation:
             self._open.pop(0)
             done.append(w.record(self.names))
         return done
+
+    def close(self) -> list[dict[str, Any]]:
+        """Every request has finished (waves): the current window's record, if it has
+        steps and no output of it is pending; the next decision opens a new window as usual
+        and the closed one is never recorded again."""
+        w = self._current
+        if w.decisions == 0 or w.closed or any(v is w for v in self._by_step.values()):
+            return []
+        w.closed = True
+        done = self._complete()  # the windows before it
+        self._open = [v for v in self._open if v is not w]
+        return done + [w.record(self.names)]
 
     def forget_pending(self) -> None:
         """The engine ran steps outside the pipeline (a forced K): the decided steps whose

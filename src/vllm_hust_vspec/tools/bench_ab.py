@@ -77,6 +77,12 @@ def add_ab_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--paired-window", type=_positive_int, default=16, metavar="STEPS",
                    help="Decisions per window of the paired configuration (default "
                         "%(default)s; >= 4).")
+    p.add_argument("--paired-waves", action="store_true",
+                   help="The paired configuration serves every policy the same texts: each "
+                        "wave of a cell's requests (one per concurrency slot) is sent once per "
+                        "compared policy, the next only when it has finished, and the server's "
+                        "windows follow the waves (--adaptive-compare-waves) instead of "
+                        "--paired-window. Its server serves every request once per policy.")
     p.add_argument("--budget-cost-table", default=None, metavar="COSTS.json",
                    help="A saved start-up cost table (--adaptive-dspark-cost-table-output of an "
                         "earlier server) for every server that runs the budget policy. Without "
@@ -236,6 +242,9 @@ class _Plan:
         if a.paired_window < 4:
             raise AbError(f"--paired-window: {a.paired_window} must be >= 4")
         self.paired_window = int(a.paired_window)
+        self.paired_waves = bool(a.paired_waves)
+        if self.paired_waves and not any(c.policy == "paired" for c in self.configs):
+            raise AbError("--paired-waves is given but --configs has no paired configuration")
         self.native_table = None
         if any(c.policy == "native_table" for c in self.configs):
             if a.native_table is None:
@@ -298,7 +307,8 @@ class _Plan:
                 preview: bool = False) -> ServerCommand:
         trace = self.out / "traces" / f"{tag}.jsonl" if config.plugin else None
         return server_command(self.base, config, port, trace, self.environ, self.native_table,
-                              self.paired_window, self.budget_flags(preview))
+                              self.paired_window, self.budget_flags(preview),
+                              compare_waves=self.paired_waves)
 
     def calibrated(self, config: cfgs.BenchConfig, tag: str) -> bool:
         """After ``config``'s server became ready: True when it has just saved the table
@@ -478,7 +488,9 @@ def _run_config(plan: _Plan, config: cfgs.BenchConfig, rnd: int, warm: wl.Cell |
                 if not server.alive():
                     raise ServerError(f"server for {config.name} died during the "
                                       f"run; log {server.log_path}")
-                r = driver.run_cell(cell, cmd.trace_file)
+                r = driver.run_cell(cell, cmd.trace_file,
+                                    replay=len(config.compare) if config.policy == "paired"
+                                    and plan.paired_waves else 1)
                 parts.append(f"{cell.key}={r.output_tok_s:.0f}")
                 bar.update()
                 if config.policy == "paired":

@@ -102,18 +102,29 @@ class Driver:
             out.append(res)
         return out
 
-    def run_cell(self, cell: Cell, trace_file: pathlib.Path | None) -> CellResult:
+    def run_cell(self, cell: Cell, trace_file: pathlib.Path | None, replay: int = 1) -> CellResult:
+        """Run ``cell``; with ``replay`` > 1 every wave of each phase (:func:`waves`) is sent
+        ``replay`` times in a row, each time once the one before has finished (the paired
+        comparison's waves: one per compared policy, the same texts)."""
         results: list[dict[str, Any]] = []
         slices: list[list[dict[str, Any]]] = []
         for phase in cell.phases:
             offset = trace_file.stat().st_size if trace_file is not None and trace_file.exists() else 0
-            results += self.run_phases([phase], cell.key)
+            runs = [phase] if replay <= 1 else [w for w in waves(phase) for _ in range(replay)]
+            results += self.run_phases(runs, cell.key)
             if trace_file is not None:
                 slices.append(read_trace_slice(trace_file, offset))
         records = [r for s in slices for r in s]
         trace_k = trace_mean_k(records) if trace_file is not None else None
         return dataclasses.replace(combine(results, trace_k), phase_records=tuple(slices),
                                    settle_steps=settle_steps(records) if slices else None)
+
+
+def waves(phase: Phase) -> list[Phase]:
+    """``phase``'s requests in waves of its concurrency (the last may be smaller)."""
+    c = max(1, int(phase.concurrency))
+    return [Phase(phase.concurrency, phase.requests[i:i + c])
+            for i in range(0, len(phase.requests), c)]
 
 
 def combine(results: Sequence[dict[str, Any]], trace_k: float | None) -> CellResult:

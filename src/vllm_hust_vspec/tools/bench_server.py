@@ -166,7 +166,8 @@ def _spec_index(argv: Sequence[str]) -> int:
 def server_command(base: BaseLaunch, config: BenchConfig, port: int,
                    trace_file: pathlib.Path | None, environ: Mapping[str, str],
                    native_table: NativeTable | None = None,
-                   compare_window: int = 16, budget_flags: Sequence[str] = ()) -> ServerCommand:
+                   compare_window: int = 16, budget_flags: Sequence[str] = (),
+                   compare_waves: bool = False) -> ServerCommand:
     """The exact command and environment of one configuration's server; ``budget_flags``
     (its cost table) go to a plugin server whose policies include budget."""
     net = ["--host", "127.0.0.1", "--port", str(port)]
@@ -178,6 +179,8 @@ def server_command(base: BaseLaunch, config: BenchConfig, port: int,
         elif config.policy == "paired":
             flags = ["--adaptive-compare", ",".join(config.compare),
                      "--adaptive-compare-window", str(compare_window)]
+            if compare_waves:
+                flags.append("--adaptive-compare-waves")
         else:
             flags = ["--adaptive-policy", config.policy]
         if config.uses_budget:
