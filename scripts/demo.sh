@@ -6,8 +6,9 @@
 #   2. runs a short A/B on the large fixture pair (target-large + draft, configs/tiny-cpu-draft.toml),
 #      one round on the `code` and `swing` workloads: none (target only) and online (the plugin)
 #      on their own fresh servers, and `paired`: one server in which fixed K = 1..Kmax and online
-#      take turns in windows of 4 decode steps (this machine's speed drifts by tens of percent
-#      within minutes: only a comparison inside one engine shows online against each fixed K);
+#      take turns, each serving every wave of requests once, the same texts (this machine's
+#      speed drifts by tens of percent within minutes: only a comparison inside one engine shows
+#      online against each fixed K, and only on the same texts at these short cells);
 #   3. prints the ratio tables, writes ab.png, report.md and results.json, stops every server, and
 #      prints the path of results.json as its last line.
 # Env: VSPEC_FIXTURES (use this fixture directory instead of ./manage.sh fixtures), VSPEC_DEMO_DIR
@@ -37,7 +38,7 @@ say "A/B: none and online (fresh servers), paired (fixed K = 1..Kmax and online 
 
 export HUST_VSPEC_MODEL_DIR="$FIXTURES"
 exec "$PY" -m vllm_hust_vspec.tools.bench ab \
-    --configs "none,online,paired" --paired-window 4 --workloads code,swing --concurrency 1,4,16 \
-    --rounds 1 --output-len 48 --requests-per-slot 2 --min-requests 4 \
+    --configs "none,online,paired" --paired-waves --workloads code,swing --concurrency 1,4,16 \
+    --rounds 1 --output-len 48 --requests-per-slot 1 --min-requests 2 \
     --prompts-dir "$FIXTURES/prompts" --output-dir "$OUT" \
     -- --config "$ROOT/configs/tiny-cpu-draft.toml" --max-num-seqs 16

@@ -439,7 +439,7 @@ def test_demo_refuses_fixtures_without_manifest(tmp_path):
 @pytest.mark.demo
 def test_demo_end_to_end(fixtures_dir, tmp_path):
     """./run.sh demo: none and online on their own servers and the paired server (fixed
-    K = 1..4 and online in turns) on code and swing; the ratio tables; the PNG;
+    K = 1..4 and online in turns, each serving every wave once) on code and swing; the ratio tables; the PNG;
     results.json's path as the last line; no server left."""
     out = tmp_path / "demo"
     proc = run_demo(clean_env(VSPEC_FIXTURES=str(fixtures_dir), VSPEC_DEMO_DIR=str(out)),
@@ -455,6 +455,13 @@ def test_demo_end_to_end(fixtures_dir, tmp_path):
         ("code", 1), ("code", 4), ("code", 16), ("swing", "swing")}
     assert {w["policy"] for w in doc["paired"]} == {"fixed:1", "fixed:2", "fixed:3", "fixed:4",
                                                     "online"}
+    # the paired server's waves: every rotation round of a cell is one wave's replays, each
+    # policy once (the same texts)
+    rounds: dict = {}
+    for w in doc["paired"]:
+        rounds.setdefault((w["workload"], w["concurrency"], w["round"]), []).append(w["policy"])
+    assert rounds and all(sorted(p) == ["fixed:1", "fixed:2", "fixed:3", "fixed:4", "online"]
+                          for p in rounds.values()), rounds
     # one round judges no goal, and the ratio table says so in every cell
     judged = [line for line in lines if line.startswith(("| code |", "| swing |"))
               and line.endswith("| no: none 1 round(s) |")]

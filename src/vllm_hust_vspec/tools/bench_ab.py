@@ -481,16 +481,18 @@ def _run_config(plan: _Plan, config: cfgs.BenchConfig, rnd: int, warm: wl.Cell |
             with contextlib.redirect_stdout(log):  # vLLM's import chatter
                 driver = Driver(server.base_url, server.model_name,
                                 plan.base.target_path, log, plan.request_rate)
+            # paired waves: every wave once per compared policy, the warm-up's too (each
+            # policy warms up, and every rotation round holds one wave's replays)
+            replay = (len(config.compare) if config.policy == "paired" and plan.paired_waves
+                      else 1)
             if warm is not None:
-                driver.run_phases(warm.phases, "warmup")
+                driver.run_phases(warm.phases, "warmup", replay)
             parts = []
             for cell in plan.cells:
                 if not server.alive():
                     raise ServerError(f"server for {config.name} died during the "
                                       f"run; log {server.log_path}")
-                r = driver.run_cell(cell, cmd.trace_file,
-                                    replay=len(config.compare) if config.policy == "paired"
-                                    and plan.paired_waves else 1)
+                r = driver.run_cell(cell, cmd.trace_file, replay)
                 parts.append(f"{cell.key}={r.output_tok_s:.0f}")
                 bar.update()
                 if config.policy == "paired":

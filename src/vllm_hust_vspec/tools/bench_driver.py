@@ -86,7 +86,12 @@ class Driver:
             lora_modules=None, extra_headers=None, extra_body={"temperature": 0.0},
             ready_check_timeout_sec=0)
 
-    def run_phases(self, phases: Sequence[Phase], label: str) -> list[dict[str, Any]]:
+    def run_phases(self, phases: Sequence[Phase], label: str, replay: int = 1) -> list[dict[str, Any]]:
+        """Send each phase's requests; with ``replay`` > 1 each wave of a phase
+        (:func:`waves`) ``replay`` times in a row, each time once the one before has
+        finished (the paired comparison's waves: one per compared policy, the same texts)."""
+        if replay > 1:
+            phases = [w for phase in phases for w in waves(phase) for _ in range(replay)]
         out = []
         for phase in phases:
             print(f"### {label} concurrency={phase.concurrency} "
@@ -103,15 +108,12 @@ class Driver:
         return out
 
     def run_cell(self, cell: Cell, trace_file: pathlib.Path | None, replay: int = 1) -> CellResult:
-        """Run ``cell``; with ``replay`` > 1 every wave of each phase (:func:`waves`) is sent
-        ``replay`` times in a row, each time once the one before has finished (the paired
-        comparison's waves: one per compared policy, the same texts)."""
+        """Run ``cell`` (``replay``: :meth:`run_phases`)."""
         results: list[dict[str, Any]] = []
         slices: list[list[dict[str, Any]]] = []
         for phase in cell.phases:
             offset = trace_file.stat().st_size if trace_file is not None and trace_file.exists() else 0
-            runs = [phase] if replay <= 1 else [w for w in waves(phase) for _ in range(replay)]
-            results += self.run_phases(runs, cell.key)
+            results += self.run_phases([phase], cell.key, replay)
             if trace_file is not None:
                 slices.append(read_trace_slice(trace_file, offset))
         records = [r for s in slices for r in s]
