@@ -33,12 +33,19 @@ POLICIES = ("fixed:1", "fixed:3", "online")
 WINDOW = 6
 
 
-def test_policies_take_turns_losslessly_and_each_window_is_measured(fixtures_dir, tmp_path):
-    prompts = mixed_prompts(fixtures_dir, 8)
+def _target_only(fixtures_dir, prompts):
+    """The target's greedy outputs and the prompts' token ids (the lossless reference)."""
     with plugin_env(enabled=False):
         llm = make_llm(fixtures_dir / "target", max_num_seqs=8)
-        expected, ids = greedy(llm, prompts, MAX_TOKENS), prompt_ids(llm, prompts)
-        close(llm)
+        try:
+            return greedy(llm, prompts, MAX_TOKENS), prompt_ids(llm, prompts)
+        finally:
+            close(llm)
+
+
+def test_policies_take_turns_losslessly_and_each_window_is_measured(fixtures_dir, tmp_path):
+    prompts = mixed_prompts(fixtures_dir, 8)
+    expected, ids = _target_only(fixtures_dir, prompts)
     trace = tmp_path / "compare.jsonl"
     model, spec = engine_spec(fixtures_dir, "draft_model", KMAX)
     with plugin_env(adaptive_compare=",".join(POLICIES), adaptive_compare_window=WINDOW,
@@ -100,10 +107,7 @@ def test_waves_every_policy_serves_the_same_texts(fixtures_dir, tmp_path):
     other, as ``bench ab --paired-waves`` sends a wave): a window per request, each round one
     prompt's replays under both policies, every replay's output the target's."""
     prompts = mixed_prompts(fixtures_dir, 3)
-    with plugin_env(enabled=False):
-        llm = make_llm(fixtures_dir / "target", max_num_seqs=4)
-        expected, ids = greedy(llm, prompts, MAX_TOKENS), prompt_ids(llm, prompts)
-        close(llm)
+    expected, ids = _target_only(fixtures_dir, prompts)
     trace = tmp_path / "waves.jsonl"
     model, spec = engine_spec(fixtures_dir, "draft_model", KMAX)
     policies = ("fixed:1", "fixed:3")
