@@ -11,8 +11,9 @@ decision before has finished).  A client that sends each wave of requests once p
 policy, waiting for it to finish (``vllm-hust-vspec-bench ab --paired-waves``), then has every
 policy serve the same texts, at temperature 0 the same tokens: the windows of a round differ
 only in the policy (on different texts, a batch-1 window's speed is mostly its prompt's: one
-that falls into a loop accepts every draft).  Each policy has its own controller, which decides only in its own
-windows and observes only their steps (as if it served alone, with pauses).
+that falls into a loop accepts every draft).  Each policy has its own controller, which
+decides only in its own windows and observes only their steps (as if it served alone, with
+pauses).
 
 A window's first step verifies the drafts the previous policy made: it is left out of the
 measurement, and when that policy is another one, its controller learns nothing from it
