@@ -562,3 +562,42 @@ def test_the_hust_attach_refuses_what_017_has_no_patch_for(monkeypatch, settings
     with pytest.raises(SettingsError, match=f"vLLM-HUST 0.17.*{named}"):
         attach(sched, k_lookup=False)
     assert runtime_of(sched) is None
+
+
+def test_the_first_drafts_of_joining_requests_are_cut_where_they_rarely_pass():
+    """A request that prefills in a step drafts its first drafts at the end of it: under an
+    adaptive policy, once first drafts were seen to pass rarely, its limit is the depth
+    ``Decision.k_first`` gives (0 here), the decoding requests keep the decision's K, and
+    the trace says so; a fixed K drafts K for everyone (adaptive/first_drafts.py)."""
+    import numpy as np
+
+    def run(policy: str):
+        sched = scheduler(kmax=4, n=2)
+        newcomer = Request("new", num_tokens=30, num_computed_tokens=0)
+        sched.running.append(newcomer)
+        sched.requests["new"] = newcomer
+        rt = runtime(sched, **policy)
+        records = []
+        rt.outputs.records = lambda recs: records.extend(recs)
+        return rt, records
+
+    rt, records = run({"adaptive_policy": "online", "adaptive_trace": True})
+    KLookup(rt)[3]
+    assert rt.draft_limit("new") is None  # no first draft verified yet
+    first = rt.controller.first_drafts
+    first.observe(np.full(16, 4), np.r_[np.ones(2, dtype=int), np.zeros(14, dtype=int)])
+    ks = []
+    while not ks or ks[-1] == 0:  # the warm-up's K = 0 step cuts nothing
+        ks.append(KLookup(rt)[3])
+        assert len(ks) < 8
+    k = ks[-1]
+    assert rt.draft_limit("new") == 0
+    assert (rt.draft_limit("r0") or k) > 0  # the decoding requests draft
+    rt._flush_records()
+    decisions = [r for r in records if "policy" in r and "k" in r]
+    assert decisions[-1]["joining"] == 1 and decisions[-1]["k_first"] == 0
+    assert "k_first" not in decisions[0]
+    rt, _ = run({"adaptive_policy": "fixed:3"})
+    assert rt.controller.first_drafts is None
+    KLookup(rt)[3]
+    assert rt.draft_limit("new") is None

@@ -52,6 +52,7 @@ from .estimators import (
     position_counts_arrays,
 )
 from ..names import ENTROPY_TOPK, MAX_ENTROPY, STOP_MODES
+from .first_drafts import FirstDraftDepth
 from .observations import BatchView, Decision, StepResult
 from .policies.base import PolicyContext
 from .policies.registry import make_policy
@@ -202,6 +203,10 @@ class Controller:
             if config.stop != "off" else None
         )
         self._trusted = bool(getattr(type(self.policy), "trusted", False))
+        # the joiners' first drafts: cut by the adaptive policies only (a fixed K drafts K
+        # for every request, as vLLM does)
+        self.first_drafts = (FirstDraftDepth(kmax, config.ewma_weight)
+                             if getattr(type(self.policy), "cuts_first_drafts", False) else None)
         policy_conf = bool(getattr(self.policy, "uses_confidences", False))
         # the confidence map is read by the budget policy and the survival stop only
         self._want_confidence_map = policy_conf or config.stop == "survival"
@@ -307,6 +312,8 @@ class Controller:
             # 1 from ~0.65 to 0.30-0.45 and held K = 0 at batch 16 for up to 180 decisions
             keep = ~first
             est_tried, est_acc, _, _ = position_counts_arrays(drafted[keep], accepted[keep], kmax)
+            if self.first_drafts is not None:
+                self.first_drafts.observe(drafted[first], accepted[first])
         if est_tried is not None and kmax and est_tried[0]:
             self.acceptance.update_counts(est_tried, est_acc)
         else:
@@ -363,6 +370,10 @@ class Controller:
             if self.stop is not None:
                 d = self.stop.apply(d, batch, ctx)
             self._check(d)
+            if batch.joining and self.first_drafts is not None:
+                k_first = self.first_drafts.depth(d.k, self.acceptance.estimate())
+                if k_first is not None:
+                    d = dataclasses.replace(d, k_first=k_first)
             self._last = d
         ctx.decisions += 1
         ctx.last_k = d.k
@@ -372,6 +383,10 @@ class Controller:
             rec = decision_record(batch.step, time.time(), len(batch.req_ids), d)
             if batch.catch_up_tokens:
                 rec["catch_up"] = int(batch.catch_up_tokens)  # what K > 0 would catch up
+            if batch.joining:
+                rec["joining"] = int(batch.joining)  # requests prefilling beside the batch
+                if d.k_first is not None:
+                    rec["k_first"] = d.k_first  # their first drafts' depth
             self._records.append(rec)
         return d
 

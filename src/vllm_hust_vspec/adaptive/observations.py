@@ -116,6 +116,9 @@ class BatchView:
     # drafter tokens that drafting K > 0 for the whole batch would catch up first (the
     # drafter sat out K = 0 steps, patch drafter-k0); 0 when nothing is missed
     catch_up_tokens: int = 0
+    # requests that prefill in this step and are not in ``req_ids`` (their prefill step
+    # drafts their first drafts at the decision's K; ``Decision.k_first`` may cut them)
+    joining: int = 0
 
 
 class KiArray(Mapping[str, int]):
@@ -182,3 +185,6 @@ class Decision:
     est_costs: tuple[float, ...] | None = None
     est_goodput: tuple[float, ...] | None = None
     est_first_k: int = 0
+    # the draft depth of the requests that prefill in this step (their first drafts,
+    # adaptive/first_drafts.py); None: the decision's K
+    k_first: int | None = None

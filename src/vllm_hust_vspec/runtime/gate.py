@@ -50,6 +50,8 @@ class DecisionGate:
         request prefills, on all of them).  Read of each: ``request_id``, ``num_tokens``,
         ``num_computed_tokens``, ``num_output_placeholders``.  ``catch_up``: the drafter
         tokens those requests would catch up at K > 0 (a function of them), or None."""
+        # requests that prefill in this step: their prefill step drafts their first drafts
+        joiners = [r.request_id for r in running if not decoding(r)]
         running = decision_batch(running)
         ids = tuple(r.request_id for r in running)
         if self._next is not None:  # made from the drafts' confidences
@@ -58,7 +60,8 @@ class DecisionGate:
         else:
             view = BatchView(step=step, req_ids=ids,
                              context_lens=tuple(int(r.num_tokens) for r in running),
-                             catch_up_tokens=0 if catch_up is None else int(catch_up(running)))
+                             catch_up_tokens=0 if catch_up is None else int(catch_up(running)),
+                             joining=len(joiners))
             d = self.controller.decide(view)
             k = self.clamp(d.k)
             limits = None if d.k_i is None else ki_limits(d.k_i, ids, k)
@@ -69,6 +72,12 @@ class DecisionGate:
             k_host = self.kmax
         else:
             k_host = k
+        if joiners and d.k_first is not None and d.k_first < k:
+            # the joiners' first drafts are cut (adaptive/first_drafts.py)
+            limits = dict(limits) if limits else {}
+            first = max(int(d.k_first), 0)
+            for rid in joiners:
+                limits[rid] = min(first, limits.get(rid, k))
         self.limits = limits
         return GateDecision(k=k, k_host=k_host, limits=limits)
 

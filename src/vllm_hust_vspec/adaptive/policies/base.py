@@ -60,6 +60,9 @@ class Policy(ABC):
     # True only for the built-in policies, whose K_i are valid by construction (the
     # controller then skips the O(batch) K_i check)
     trusted: bool = False
+    # True where the controller may cut the first drafts of requests that join the batch
+    # (adaptive/first_drafts.py): the adaptive policies; a fixed K drafts K for everyone
+    cuts_first_drafts: bool = False
 
     @abstractmethod
     def decide(self, batch: BatchView, ctx: PolicyContext) -> Decision:

@@ -104,6 +104,7 @@ class BudgetPolicy(Policy):
     name = "budget"
     uses_confidences = True  # asks the controller to keep the confidence map
     trusted = True  # K_i in [0, kmax] and K = max K_i by construction (no O(batch) check)
+    cuts_first_drafts = True  # the controller may cut joiners' first drafts (first_drafts.py)
     uses_step_costs = True  # outside its cost table it prices with ctx.cost (probe-seeded)
 
     def __init__(self, kmax: int, min_gamma: int = 0, cost_table: CostTable | None = None) -> None:

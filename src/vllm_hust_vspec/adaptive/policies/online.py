@@ -123,6 +123,7 @@ SETTLE_SAMPLES = 4.0  # served samples of a K's own cell past which its price is
 class OnlinePolicy(Policy):
     name = "online"
     trusted = True
+    cuts_first_drafts = True
     uses_step_costs = True  # the start-up cost probe seeds ctx.cost
 
     def __init__(self, kmax: int, min_gamma: int = 0, start_gamma: int | None = None) -> None:
