@@ -194,3 +194,24 @@ def test_server_adapts_in_one_run(server_run):
     # ... and comes back on code prompts at batch 1 (where K >= 2 beats K = 0)
     assert _mean_k(code_late) >= 1.75
     assert _mean_k(code_late) >= _mean_k(hard_late) + 1.5
+
+
+def test_first_drafts_of_arrivals_are_cut_where_they_rarely_pass(server_run):
+    """A request's first drafts (its prefill step's) are accepted at 6-12 % a token on these
+    fixtures: once the server has verified some, an arrival that prefills beside a decision
+    of K >= 1 drafts none (``k_first`` 0 in the trace), and the step after verifies no first
+    draft of it; every 8th such decision drafts them at K, which keeps the estimate measured
+    (adaptive/first_drafts.py)."""
+    _, decisions, results = read_decisions(server_run["trace"])
+    by_step = {r["step"]: r for r in results}
+    t_code = server_run["t_code"]
+    joins = [d for d in decisions if d.get("joining") and d["k"] > 0]
+    cut = [d for d in joins if d.get("k_first") == 0]
+    code = [d for d in cut if d["t"] >= t_code and d["batch"] <= 1]
+    print(f"{len(joins)} decisions at K >= 1 with arrivals, {len(cut)} cut, {len(code)} in the "
+          f"code phase; first drafts verified per cut: "
+          f"{[by_step.get(d['step'] + 1, {}).get('first_drafted') for d in cut]}")
+    assert len(code) >= 3  # 6 code arrivals one at a time: the first drafts of most are cut
+    assert len(cut) < len(joins)  # the probes
+    for d in cut:
+        assert by_step.get(d["step"] + 1, {}).get("first_drafted", 0) == 0, d

@@ -49,7 +49,9 @@ class DecisionGate:
         (a prefill that joins the step does not change K for that reason; when every
         request prefills, on all of them).  Read of each: ``request_id``, ``num_tokens``,
         ``num_computed_tokens``, ``num_output_placeholders``.  ``catch_up``: the drafter
-        tokens those requests would catch up at K > 0 (a function of them), or None."""
+        tokens those requests would catch up at K > 0 (a function of them), or None.
+        The requests that prefill in the step (``BatchView.joining``) draft their first
+        drafts at its end: their limit is the decision's ``k_first`` where it gives one."""
         # requests that prefill in this step: their prefill step drafts their first drafts
         joiners = [r.request_id for r in running if not decoding(r)]
         running = decision_batch(running)
