@@ -116,8 +116,9 @@ class BatchView:
     # drafter tokens that drafting K > 0 for the whole batch would catch up first (the
     # drafter sat out K = 0 steps, patch drafter-k0); 0 when nothing is missed
     catch_up_tokens: int = 0
-    # requests that prefill in this step and are not in ``req_ids`` (their prefill step
-    # drafts their first drafts at the decision's K; ``Decision.k_first`` may cut them)
+    # requests that prefill in this step (beside ``req_ids``, or ``req_ids`` themselves when
+    # every request prefills): their prefill step drafts their first drafts at the
+    # decision's K, which ``Decision.k_first`` may cut
     joining: int = 0
 
 

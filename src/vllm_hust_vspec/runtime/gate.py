@@ -53,8 +53,7 @@ class DecisionGate:
         The requests that prefill in the step (``BatchView.joining``) draft their first
         drafts at its end: their limit is the decision's ``k_first`` where it gives one."""
         # requests that prefill in this step: their prefill step drafts their first drafts
-        joiners = [r.request_id for r in running if not decoding(r)]
-        running = decision_batch(running)
+        running, joiners = split_batch(running)
         ids = tuple(r.request_id for r in running)
         if self._next is not None:  # made from the drafts' confidences
             (d, limits), self._next = self._next, None
@@ -146,7 +145,20 @@ class DecisionGate:
 def decision_batch(running: Sequence[Any]) -> list[Any]:
     """The requests a step's K is decided on: those that decode in it (a prefill that joins
     the step does not count), or all of them when every request prefills."""
-    return [r for r in running if decoding(r)] or list(running)
+    return split_batch(running)[0]
+
+
+def split_batch(running: Sequence[Any]) -> tuple[list[Any], list[str]]:
+    """(:func:`decision_batch`, the ids of the requests that prefill in the step), in one
+    pass over the running requests."""
+    decode: list[Any] = []
+    joiners: list[str] = []
+    for r in running:
+        if decoding(r):
+            decode.append(r)
+        else:
+            joiners.append(r.request_id)
+    return decode or list(running), joiners
 
 
 def decoding(request: Any) -> bool:
