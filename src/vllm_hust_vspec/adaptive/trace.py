@@ -11,6 +11,8 @@ then per decision::
 
 (``est_costs`` / ``est_goodput``: every K the policy weighed, indexed by K, null below the
 first; written by the policies that weigh candidates, ``online``.)
+(``joining``: requests that prefill beside the decision's batch, and ``k_first``: the
+depth their first drafts were cut to, where one was: written by the controller.)
 
 and, when that step's results arrive::
 
