@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from vllm_hust_vspec import methods
@@ -569,8 +570,6 @@ def test_the_first_drafts_of_joining_requests_are_cut_where_they_rarely_pass():
     adaptive policy, once first drafts were seen to pass rarely, its limit is the depth
     ``Decision.k_first`` gives (0 here), the decoding requests keep the decision's K, and
     the trace says so; a fixed K drafts K for everyone (adaptive/first_drafts.py)."""
-    import numpy as np
-
     def run(policy: str):
         sched = scheduler(kmax=4, n=2)
         newcomer = Request("new", num_tokens=30, num_computed_tokens=0)
