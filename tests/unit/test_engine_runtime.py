@@ -379,8 +379,6 @@ def test_a_compared_policy_without_confidences_drops_the_kept_ones():
     budget window's kept confidences are dropped when the online window's drafts arrive, so
     their verification meets no stale row (it raised 'a request verified 2 drafts but only 1
     draft confidences were kept' in a real paired server)."""
-    import numpy as np
-
     sched = scheduler(kmax=4)
     rt = runtime(sched, adaptive_policy="budget")
     ids = [r.request_id for r in sched.running]
