@@ -162,3 +162,24 @@ def test_settle_steps_counts_decisions_until_k_stays_near_what_it_holds_later():
     assert settle_steps([{"window": 1, "policy": "online", "k": 1}]) is None
     mixed = [d(2), dict(d(1), policy="fixed")]
     assert settle_steps(mixed) is None  # a paired run: several policies
+
+
+def test_settle_steps_sets_each_decision_against_the_k_held_later_at_its_batch():
+    """A concurrency-16 cell drains at its end: K rises with the falling batch there, which
+    is the policy following the load, not a K still moving."""
+    from vllm_hust_vspec.tools.bench_driver import settle_steps
+
+    def d(k, batch, reason="best"):
+        return {"step": 0, "k": k, "batch": batch, "policy": "online", "reason": reason}
+
+    # filling: K = 3 at batch 12 is 2 off the K = 1 held at batch 8-15 later
+    fill = [d(4, 1, "warmup 1/2"), d(3, 4), d(3, 12)]
+    steady = [d(1, 16)] * 40
+    drain = [d(1, 14), d(1, 10), d(2, 6), d(2, 5), d(3, 3), d(3, 2), d(4, 1), d(4, 1), d(3, 1)]
+    assert settle_steps(fill + steady + drain) == 3  # settled at the first batch-16 decision
+    # the same K = 4 at batch 16 late in the cell is off the K held there: not settled
+    late = fill + steady + [d(4, 16)] + drain
+    assert settle_steps(late) == len(fill) + len(steady) + 1
+    # with one group for the whole cell the drain's K = 3-4 would be 2-3 off K = 1
+    flat = [dict(r, batch=16) for r in fill + steady + drain]
+    assert settle_steps(flat) == len(flat)  # the last decision (K = 3) is off: never settled

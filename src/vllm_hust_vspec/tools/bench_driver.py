@@ -172,22 +172,41 @@ def read_trace_slice(path: pathlib.Path, offset: int) -> list[dict[str, Any]]:
 def settle_steps(records: Sequence[dict[str, Any]]) -> int | None:
     """Decode steps until K settled in a cell: the first decision after which every
     decision that is not a scheduled probe or warm-up stays within +-1 of the K held most
-    often in the cell's second half (0: settled from the first).  None without decisions
-    of one adaptive policy (a fixed K, a paired run)."""
+    often, in the cell's second half, at its own batch size (grouped by powers of two: 1,
+    2-3, 4-7, 8-15, ...; 0: settled from the first).  None without decisions of one adaptive
+    policy (a fixed K, a paired run).
+
+    Why per batch: a cell's load fills and drains, and the K that pays changes with it; set
+    against the one K held most over the whole cell, the tail of a concurrency-16 cell,
+    where the batch falls to 1-3 and K rises to 3-4 as it should, read as unsettled (159
+    steps at code@16 on 2026-12-06, where every decision at batch 8-16 after the second
+    held K = 1), and a swing settled only at its last phase."""
     ds = [r for r in records if is_decision(r)]
     if not ds or len({r["policy"] for r in ds}) != 1 or ds[0]["policy"] == "fixed":
         return None
-    held = [int(r["k"]) for r in ds if not _scheduled(r)]
+    held: dict[int, list[int]] = {}
+    for r in ds:
+        if not _scheduled(r):
+            held.setdefault(_batch_group(r), []).append(int(r["k"]))
     if not held:
         return None
-    late = held[len(held) // 2:]
-    final = max(sorted(set(late)), key=late.count)
+    final = {}
+    for group, ks in held.items():
+        late = ks[len(ks) // 2:]
+        final[group] = max(sorted(set(late)), key=late.count)
     settled = len(ds)
     for i in range(len(ds) - 1, -1, -1):
-        if not _scheduled(ds[i]) and abs(int(ds[i]["k"]) - final) > 1:
+        r = ds[i]
+        if not _scheduled(r) and abs(int(r["k"]) - final[_batch_group(r)]) > 1:
             break
         settled = i
     return settled
+
+
+def _batch_group(decision: dict[str, Any]) -> int:
+    """A decision's batch size group for :func:`settle_steps`: 1, 2-3, 4-7, 8-15, ... ->
+    1, 2, 3, 4, ... (a record without a batch counts as batch 1)."""
+    return max(int(decision.get("batch") or 1), 1).bit_length()
 
 
 def _scheduled(decision: dict[str, Any]) -> bool:

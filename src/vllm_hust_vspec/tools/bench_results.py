@@ -371,8 +371,8 @@ def markdown_report(runs: Sequence[Run], workload_order: Sequence[str] = ()) -> 
         "",
     ] + ([] if not settle else [
         "Decode steps until K settled (within +-1 of the K held most in the cell's second "
-        "half, probes aside), median (min-max) over rounds; the first cell of a server is "
-        "its fresh start:",
+        "half at the same batch size, grouped 1, 2-3, 4-7, 8-15, ..., probes aside), median "
+        "(min-max) over rounds; the first cell of a server is its fresh start:",
         "",
         settle,
         "",
