@@ -184,10 +184,12 @@ def settle_steps(records: Sequence[dict[str, Any]]) -> int | None:
     ds = [r for r in records if is_decision(r)]
     if not ds or len({r["policy"] for r in ds}) != 1 or ds[0]["policy"] == "fixed":
         return None
+    # (batch group, K) of each decision the policy held; None for probes and warm-up
+    kept = [None if _scheduled(r) else (_batch_group(r), int(r["k"])) for r in ds]
     held: dict[int, list[int]] = {}
-    for r in ds:
-        if not _scheduled(r):
-            held.setdefault(_batch_group(r), []).append(int(r["k"]))
+    for x in kept:
+        if x is not None:
+            held.setdefault(x[0], []).append(x[1])
     if not held:
         return None
     final = {}
@@ -196,8 +198,8 @@ def settle_steps(records: Sequence[dict[str, Any]]) -> int | None:
         final[group] = max(sorted(set(late)), key=late.count)
     settled = len(ds)
     for i in range(len(ds) - 1, -1, -1):
-        r = ds[i]
-        if not _scheduled(r) and abs(int(r["k"]) - final[_batch_group(r)]) > 1:
+        x = kept[i]
+        if x is not None and abs(x[1] - final[x[0]]) > 1:
             break
         settled = i
     return settled
