@@ -5,10 +5,11 @@
 #      prompts; both are no-ops when already there; ./manage.sh fixtures finishes the rest later);
 #   2. runs a short A/B on the large fixture pair (target-large + draft, configs/tiny-cpu-draft.toml),
 #      one round on the `code` and `swing` workloads: none (target only) and online (the plugin)
-#      on their own fresh servers, and `paired`: one server in which fixed K = 1..Kmax and online
+#      on their own fresh servers, and `paired`: one server in which fixed K = 0..Kmax and online
 #      take turns, each serving every wave of requests once, the same texts (this machine's
 #      speed drifts by tens of percent within minutes: only a comparison inside one engine shows
-#      online against each fixed K, and only on the same texts at these short cells);
+#      online against each fixed K, and only on the same texts at these short cells; fixed K = 0
+#      is the plugin drafting nothing, target-only's steps in the same engine);
 #   3. prints the ratio tables, writes ab.png, report.md and results.json, stops every server, and
 #      prints the path of results.json as its last line.
 # Env: VSPEC_FIXTURES (use this fixture directory instead of ./manage.sh fixtures), VSPEC_DEMO_DIR
@@ -34,11 +35,12 @@ fi
 
 OUT="${VSPEC_DEMO_DIR:-$HOME/.cache/vllm-hust-vspec/demo/$(date -u +%Y%m%d-%H%M%S)}"
 say "fixtures: $FIXTURES"
-say "A/B: none and online (fresh servers), paired (fixed K = 1..Kmax and online in one server); workloads code, swing; results in $OUT"
+say "A/B: none and online (fresh servers), paired (fixed K = 0..Kmax and online in one server); workloads code, swing; results in $OUT"
 
 export HUST_VSPEC_MODEL_DIR="$FIXTURES"
 exec "$PY" -m vllm_hust_vspec.tools.bench ab \
-    --configs "none,online,paired" --paired-waves --workloads code,swing --concurrency 1,4,16 \
+    --configs "none,online,paired" --paired-waves --paired-policies fixed:0,fixed,online \
+    --workloads code,swing --concurrency 1,4,16 \
     --rounds 1 --output-len 48 --requests-per-slot 1 --min-requests 2 \
     --prompts-dir "$FIXTURES/prompts" --output-dir "$OUT" \
     -- --config "$ROOT/configs/tiny-cpu-draft.toml" --max-num-seqs 16

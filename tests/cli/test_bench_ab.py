@@ -439,8 +439,9 @@ def test_demo_refuses_fixtures_without_manifest(tmp_path):
 @pytest.mark.demo
 def test_demo_end_to_end(fixtures_dir, tmp_path):
     """./run.sh demo: none and online on their own servers and the paired server (fixed
-    K = 1..4 and online in turns, each serving every wave once) on code and swing; the ratio tables; the PNG;
-    results.json's path as the last line; no server left."""
+    K = 0..4 and online in turns, each serving every wave once) on code and swing; the ratio
+    tables, online's ratio to fixed K = 0 in every paired cell; the PNG; results.json's path
+    as the last line; no server left."""
     out = tmp_path / "demo"
     proc = run_demo(clean_env(VSPEC_FIXTURES=str(fixtures_dir), VSPEC_DEMO_DIR=str(out)),
                     timeout=1500)
@@ -453,15 +454,20 @@ def test_demo_end_to_end(fixtures_dir, tmp_path):
     assert {r["config"] for r in runs} == {"none", "online"}
     assert {(r["workload"], r["concurrency"]) for r in runs} == {
         ("code", 1), ("code", 4), ("code", 16), ("swing", "swing")}
-    assert {w["policy"] for w in doc["paired"]} == {"fixed:1", "fixed:2", "fixed:3", "fixed:4",
-                                                    "online"}
+    policies = ["fixed:0", "fixed:1", "fixed:2", "fixed:3", "fixed:4", "online"]
+    assert {w["policy"] for w in doc["paired"]} == set(policies)
     # the paired server's waves: every rotation round of a cell is one wave's replays, each
     # policy once (the same texts)
     rounds: dict = {}
     for w in doc["paired"]:
         rounds.setdefault((w["workload"], w["concurrency"], w["round"]), []).append(w["policy"])
-    assert rounds and all(sorted(p) == ["fixed:1", "fixed:2", "fixed:3", "fixed:4", "online"]
-                          for p in rounds.values()), rounds
+    assert rounds and all(sorted(p) == policies for p in rounds.values()), rounds
+    # online against fixed K = 0 (target-only's steps) in each of the four paired cells
+    online_rows = [line for line in lines if line.startswith(("| code |", "| swing |"))
+                   and "| online |" in line and line.count("|") == 10]
+    assert len(online_rows) == 4, lines
+    assert all(re.search(r"\| \d\.\d{3} \[\d\.\d{3}-\d\.\d{3}\] \|$", line)
+               for line in online_rows), online_rows
     # one round judges no goal, and the ratio table says so in every cell
     judged = [line for line in lines if line.startswith(("| code |", "| swing |"))
               and line.endswith("| no: none 1 round(s) |")]

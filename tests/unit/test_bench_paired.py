@@ -119,6 +119,28 @@ def test_the_report_section_names_the_best_fixed_k_and_the_load():
     assert markdown([]) == ""
 
 
+def test_fixed_k0_gives_every_policy_its_ratio_to_target_only_steps():
+    """Where fixed K = 0 takes turns, each policy's index over its, per rotation round: the
+    machine halves its speed in round 2 and online stays 1.25 x K = 0 (1.25, 1.25, 1.3:
+    median 1.25, quartiles 1.25-1.275); without fixed:0 no ratio and a '-' in the report."""
+    ws = []
+    for rnd, speed, on in ((1, 1.0, 1000), (2, 0.5, 500), (3, 1.0, 1040)):
+        ws += [_w("fixed:0", rnd, 800 * speed), _w("fixed:2", rnd, 1000 * speed),
+               _w("online", rnd, on)]
+    (cell,) = summarize(ws)
+    online = cell.row("online")
+    assert online.k0 == pytest.approx(1.25, abs=1e-3)
+    assert (online.k0_q1, online.k0_q3) == (pytest.approx(1.25, abs=1e-3),
+                                            pytest.approx(1.275, abs=1e-3))
+    assert cell.row("fixed:0").k0 == pytest.approx(1.0)
+    assert cell.best_fixed == "fixed:2"  # K = 0 is one of the fixed Ks, here not the best
+    text = markdown(ws)
+    assert "| 1.250 [1.250-1.275] |" in text and "`/ fixed K = 0`" in text
+    (plain,) = summarize([w for w in ws if w.policy != "fixed:0"])
+    assert plain.row("online").k0 is None
+    assert markdown([w for w in ws if w.policy != "fixed:0"]).splitlines()[-1].endswith("| - |")
+
+
 def test_a_phase_splits_into_waves_of_its_concurrency():
     from vllm_hust_vspec.tools.bench_driver import waves
     from vllm_hust_vspec.tools.bench_workloads import Phase

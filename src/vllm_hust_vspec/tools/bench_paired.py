@@ -19,7 +19,15 @@ inside a round and summarised over rounds:
   fixed policy with the highest pooled index in the cell), median [quartiles] over the
   rounds, and the pooled ratio of each server round (min-max over the benchmark's rounds);
 * for a swing cell also ``/ per-phase best``: the time the per-phase best fixed K would take
-  for each phase's tokens, composed over the phases, against the policy's own.
+  for each phase's tokens, composed over the phases, against the policy's own;
+* ``/ fixed K = 0`` where ``fixed:0`` takes turns too: per rotation round the policy's index
+  over fixed K = 0's, median [quartiles]. Fixed K = 0 is the plugin drafting nothing, the
+  drafter skipped (``adaptive_k0_drafter = skip``): target-only's steps inside the same
+  engine, on the same texts and at the same machine speed. What it costs against a server
+  without the plugin is measured apart (``scripts/bench_k0_tax.py``, docs/benchmarks.md,
+  "What K = 0 costs"). Why: the plugin-off baseline (``none``) has its own server, and on
+  this CPU host servers of the same configuration drew 42-65 tok/s for the same requests
+  (AVX2 EPYC, 2026-12-06), so ``online / none`` across servers judged no cell.
 
 ``results.json`` holds the window records under ``"paired"``.  Pure Python (no vLLM import).
 """
@@ -137,6 +145,9 @@ def window_from_dict(rec: Any, where: str) -> Window:
     return Window(**fields, by_batch=_by_batch(rec.get("by_batch") or (), where))
 
 
+K0 = "fixed:0"  # the plugin drafting nothing: target-only's steps in the same engine
+
+
 def is_fixed(policy: str) -> bool:
     return policy.startswith("fixed:")
 
@@ -199,6 +210,9 @@ class PolicyRow:
     server_lo: float | None  # pooled / best fixed, min and max over server rounds
     server_hi: float | None
     phase_ratio: float | None  # swing: / the per-phase best fixed K composed
+    k0: float | None = None  # median over rotation rounds of / fixed K = 0 (None: not run)
+    k0_q1: float | None = None
+    k0_q3: float | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -232,15 +246,13 @@ def summarize_cell(ws: Sequence[Window]) -> PairedCell:
     fixed = [p for p in policies if is_fixed(p)]
     best = max(fixed, key=lambda p: index[p]) if fixed else None
     phases = sorted({w.phase for w in paired})
+    zero = K0 if K0 in policies else None
     rows = []
     for p in policies:
         ratio = q1 = q3 = lo = hi = phase_ratio = None
-        per_round: list[float] = []
+        per_round = _round_ratios(rounds, p, best, ref) if best is not None else []
+        k0_rounds = _round_ratios(rounds, p, zero, ref) if zero is not None else []
         if best is not None:
-            for g in rounds.values():
-                a, b = _index(g[p], ref), _index(g[best], ref)
-                if a is not None and b:
-                    per_round.append(a / b)
             by_server = []
             for s in sorted({key[0] for key in rounds}):
                 a = _index([w for w in paired if w.policy == p and w.server_round == s], ref)
@@ -254,11 +266,26 @@ def summarize_cell(ws: Sequence[Window]) -> PairedCell:
                 lo, hi = min(by_server), max(by_server)
             if len(phases) > 1:
                 phase_ratio = _phase_ratio(paired, p, fixed, phases, ref)
+        k0 = k0_q1 = k0_q3 = None
+        if k0_rounds:
+            k0 = float(statistics.median(k0_rounds))
+            k0_q1, k0_q3 = _quartiles(k0_rounds)
         rows.append(PolicyRow(policy=p, tok_s=index[p] * pooled, ratio=ratio, q1=q1, q3=q3,
                               rounds=len(per_round), server_lo=lo, server_hi=hi,
-                              phase_ratio=phase_ratio))
+                              phase_ratio=phase_ratio, k0=k0, k0_q1=k0_q1, k0_q3=k0_q3))
     w0 = ws[0]
     return PairedCell(w0.workload, w0.concurrency, best, rows)
+
+
+def _round_ratios(rounds: Mapping[tuple[int, int, int], Mapping[str, list[Window]]],
+                  policy: str, other: str, ref: Reference) -> list[float]:
+    """The policy's index over ``other``'s in each rotation round."""
+    out = []
+    for g in rounds.values():
+        a, b = _index(g[policy], ref), _index(g[other], ref)
+        if a is not None and b:
+            out.append(a / b)
+    return out
 
 
 def _phase_ratio(paired: Sequence[Window], policy: str, fixed: Sequence[str],
@@ -279,6 +306,20 @@ def _phase_ratio(paired: Sequence[Window], policy: str, fixed: Sequence[str],
     return oracle / own if own > 0 else None
 
 
+def combine(runs: Sequence[Sequence[Window]]) -> list[Window]:
+    """The windows of several benchmark runs as one run's: each run's server rounds are
+    numbered after those of the runs before it (a server round is one server), so every
+    ratio stays inside one server's rotation round and the min-max covers every server."""
+    out: list[Window] = []
+    base = 0
+    for ws in runs:
+        rounds = sorted({w.server_round for w in ws})
+        renumber = {r: base + i for i, r in enumerate(rounds, 1)}
+        out += [dataclasses.replace(w, server_round=renumber[w.server_round]) for w in ws]
+        base += len(rounds)
+    return out
+
+
 def summarize(ws: Sequence[Window]) -> list[PairedCell]:
     cells: dict[tuple[str, int | str], list[Window]] = {}
     for w in ws:
@@ -296,6 +337,9 @@ def markdown(ws: Sequence[Window]) -> str:
         return ""
     cells = summarize(ws)
     loads = sorted({w.load_1m for w in ws if w.load_1m is not None})
+    zero = (" `/ fixed K = 0`: against the plugin drafting nothing in the same engine "
+            "(target-only's steps; its cost against a server without the plugin: "
+            "`scripts/bench_k0_tax.py`)." if any(w.policy == K0 for w in ws) else "")
     load = ("" if not loads else f" Load average (1 min) before each server: "
             f"{', '.join(f'{x:.2f}' for x in loads)}.")
     lines = ["", "## Paired in-engine comparison", "",
@@ -304,16 +348,17 @@ def markdown(ws: Sequence[Window]) -> str:
              "at the same decoding batch. Each cell: tok/s at the cell's batch mix, then "
              "`/ best fixed` as the median [quartiles] over rotation rounds (n), the pooled "
              "ratio's min-max over server rounds, and for a swing the ratio to the "
-             "per-phase best fixed K." + load, "",
+             "per-phase best fixed K." + load + zero, "",
              "| workload | conc | best fixed | policy | tok/s | / best fixed [q1-q3] (n) "
-             "| server rounds | / per-phase best |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| server rounds | / per-phase best | / fixed K = 0 [q1-q3] |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for c in cells:
         for r in c.rows:
             spread = ("-" if r.server_lo is None
                       else f"{r.server_lo:.3f}-{r.server_hi:.3f}")
             quart = "" if r.q1 is None else f" [{r.q1:.3f}-{r.q3:.3f}]"
+            k0 = "-" if r.k0 is None else f"{r.k0:.3f} [{r.k0_q1:.3f}-{r.k0_q3:.3f}]"
             lines.append(f"| {c.workload} | {c.concurrency} | {c.best_fixed or '-'} | "
                          f"{r.policy} | {r.tok_s:.1f} | {_r(r.ratio)}{quart} ({r.rounds}) | "
-                         f"{spread} | {_r(r.phase_ratio)} |")
+                         f"{spread} | {_r(r.phase_ratio)} | {k0} |")
     return "\n".join(lines) + "\n"

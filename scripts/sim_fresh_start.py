@@ -1,0 +1,120 @@
+#!/usr/bin/env python
+"""A fresh server's first decisions at batch 1, simulated: a policy against the best fixed K.
+
+Each seed runs a fresh :class:`~vllm_hust_vspec.adaptive.controller.Controller` for ``--steps``
+decode steps of one request at a time, its cost model seeded as the start-up cost probe
+seeds it (two noisy step times of every K at batch 1, 4 and 16), then the best fixed K on
+the same seed; the ratio of their tokens per ms is one sample. Step times are the steady
+medians the fixed policies' steps measured in a paired server on the AVX2 EPYC (2 cores,
+float32 fixtures, 2026-12-06; ``docs/results/paired-waves-k0-avx2-2026-12-06.json``), a
+step that changes K the mean of the two Ks' times, each lognormally ``--noise`` noisy and
+scaled by a machine speed that holds for 60-300 steps at a time (``--drift``: the sd of its
+log; 0: a steady machine). Each draft position is accepted with its conditional probability
+(``--accept``; default: vLLM's per-position counters on the fixtures' ``code`` set at K = 4,
+docs/benchmarks.md). ``--cost``/``--acceptance`` pass keyword arguments to the estimators
+(``ControllerConfig.extra``), to try a change before pairing it on the real engine::
+
+    .venv/bin/python scripts/sim_fresh_start.py --steps 128 --seeds 64
+    .venv/bin/python scripts/sim_fresh_start.py --drift 0.2 --cost '{"cell_weight": 0.02}'
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+import numpy as np
+
+from vllm_hust_vspec.adaptive.controller import Controller, ControllerConfig
+from vllm_hust_vspec.adaptive.observations import BatchView, StepResult
+
+#: steady step ms by batch and K (0..4), fixed policies, paired server, AVX2 EPYC
+STEP_MS = {1: (23.7, 28.0, 32.4, 36.3, 40.3), 4: (31.1, 42.6, 48.7, 56.4, 66.5),
+           16: (53.6, 84.8, 111.1, 143.0, 172.4)}
+CODE_ACCEPT = (0.66, 0.45, 0.68, 0.74)
+
+
+def _ms(batch: int, prev: int, k: int) -> float:
+    row = STEP_MS[batch]
+    return row[k] if prev == k else 0.5 * (row[prev] + row[k])
+
+
+def run(policy: str, seed: int, a: argparse.Namespace) -> tuple[float, list[int]]:
+    """Tokens per ms of ``policy`` over one fresh start, and its K per decision."""
+    rng = np.random.default_rng(seed)
+    speed = np.random.default_rng(1000 + seed)  # the machine: the same for every policy
+    levels: list[float] = []
+    while len(levels) < a.steps:
+        levels += [a.drift * speed.standard_normal()] * int(speed.integers(60, 300))
+    extra = {k: v for k, v in (("cost", a.cost), ("acceptance", a.acceptance)) if v}
+    ctl = Controller(ControllerConfig(kmax=4, policy=policy, extra=extra))
+    ctl.seed_step_costs([(b, b * (k + 1), max(k, 1),
+                          STEP_MS[b][k] * float(np.exp(rng.normal(0.0, a.noise))))
+                         for b in STEP_MS for k in range(5) for _ in range(2)])
+    accept = np.array(a.accept)
+    prev, tokens, ms, ks = 0, 0, 0.0, []
+    for step in range(a.steps):
+        k = ctl.decide(BatchView(step, ("r0",), None, None)).k
+        accepted = int(np.cumprod(rng.random(4) < accept)[:k].sum())
+        wall = _ms(1, prev, k) * float(np.exp(rng.normal(0.0, a.noise) + levels[step]))
+        ctl.observe(StepResult(step, 1, prev, (), wall, max(k, 1), np.array([k]),
+                               np.array([accepted]), k_drafted=k))
+        prev, tokens, ms = k, tokens + accepted + 1, ms + wall
+        ks.append(k)
+    return tokens / ms, ks
+
+
+def best_fixed_k(accept) -> int:
+    expected = np.concatenate(([1.0], 1.0 + np.cumsum(np.cumprod(accept))))
+    return int(np.argmax([expected[k] / STEP_MS[1][k] for k in range(5)]))
+
+
+def _floats(text: str) -> tuple[float, ...]:
+    vals = tuple(float(x) for x in text.split(","))
+    if len(vals) != 4 or not all(0.0 <= v <= 1.0 for v in vals):
+        raise argparse.ArgumentTypeError(f"want 4 probabilities, got {text!r}")
+    return vals
+
+
+def _json(text: str) -> dict:
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON: {exc.msg}") from None
+    if not isinstance(doc, dict):
+        raise argparse.ArgumentTypeError("want a JSON object")
+    return doc
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--policy", default="online")
+    p.add_argument("--steps", type=int, default=128)
+    p.add_argument("--seeds", type=int, default=64)
+    p.add_argument("--accept", type=_floats, default=CODE_ACCEPT, metavar="A1,A2,A3,A4")
+    p.add_argument("--noise", type=float, default=0.10)
+    p.add_argument("--drift", type=float, default=0.0)
+    p.add_argument("--cost", type=_json, default=None, metavar="JSON")
+    p.add_argument("--acceptance", type=_json, default=None, metavar="JSON")
+    a = p.parse_args(argv)
+    extra = {k: v for k, v in (("cost", a.cost), ("acceptance", a.acceptance)) if v}
+    try:
+        Controller(ControllerConfig(kmax=4, policy=a.policy, extra=extra))
+    except (TypeError, ValueError) as exc:  # an unknown estimator keyword, a bad policy
+        p.error(f"--policy/--cost/--acceptance: {exc}")
+    best = best_fixed_k(a.accept)
+    ratios, off = [], []
+    for seed in range(a.seeds):
+        rate, ks = run(a.policy, seed, a)
+        ratios.append(rate / run(f"fixed:{best}", seed, a)[0])
+        off.append(float(np.mean([k != best for k in ks[10:]])))
+    r = np.array(ratios)
+    print(f"{a.policy} / fixed K = {best} over {a.steps} steps, {a.seeds} seeds: mean {r.mean():.4f}"
+          f" median {np.median(r):.4f} p10 {np.percentile(r, 10):.4f}; decisions 10+ off K = "
+          f"{best}: {np.mean(off):.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

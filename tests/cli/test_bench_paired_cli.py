@@ -1,0 +1,72 @@
+"""``vllm-hust-vspec-bench paired``: the paired tables of several ``bench ab`` results files as
+one, each file's servers numbered after the files before it; the command runs as a
+subprocess on results files written the way ``bench ab`` writes them."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from vllm_hust_vspec.tools.bench_paired import Window
+from vllm_hust_vspec.tools.bench_results import write_results
+
+pytestmark = pytest.mark.cli
+
+
+def _run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "vllm_hust_vspec.tools.bench", "paired", *args],
+                          capture_output=True, text=True, timeout=120)
+
+
+def _windows(server_round: int, rounds: int, online: float) -> list[Window]:
+    """One server's rotation rounds of code@4: fixed:0 at 800 tok/s, fixed:2 at 1000 and
+    online at ``online``."""
+    out = []
+    for rnd in range(1, rounds + 1):
+        for policy, tok_s in (("fixed:0", 800.0), ("fixed:2", 1000.0), ("online", online)):
+            out.append(Window("code", 4, 0, server_round, rnd, rnd, policy, 10,
+                              round(tok_s / 10.0), 100.0, 4.0, 0.3))
+    return out
+
+
+def _results(path, windows) -> None:
+    write_results(path, "vllm-hust-vspec-bench ab --configs paired", {"kmax": 4}, [], windows)
+
+
+def test_two_runs_pool_as_three_servers(tmp_path):
+    """A run of two servers (online 1.1 x fixed K = 2) and one of one server (online 1.2 x):
+    five rotation rounds, the servers' pooled ratios 1.1-1.2, online / fixed K = 0 the
+    median of 1.375 (three rounds) and 1.5 (two)."""
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    _results(a, _windows(1, 2, 1100.0) + _windows(2, 1, 1100.0))
+    _results(b, _windows(1, 2, 1200.0))
+    proc = _run(str(a), str(b))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("## Paired in-engine comparison")
+    (row,) = [line for line in proc.stdout.splitlines() if "| online |" in line]
+    assert row.startswith("| code | 4 | fixed:2 | online |")
+    assert "(5) | 1.100-1.200 | - | 1.375 [1.375-1.500] |" in row
+    # one file alone: its own two servers
+    (row,) = [line for line in _run(str(a)).stdout.splitlines() if "| online |" in line]
+    assert "1.100 [1.100-1.100] (3) | 1.100-1.100 |" in row
+
+
+def test_a_file_without_paired_windows_or_unreadable_is_named(tmp_path):
+    plain = tmp_path / "plain.json"
+    _results(plain, [])
+    proc = _run(str(plain))
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == (f"vllm-hust-vspec-bench: error: {plain}: no paired windows "
+                                   "(a bench ab run without the paired configuration)")
+    bad = tmp_path / "bad.json"
+    doc = {"command": "x", "machine": {}, "runs": [],
+           "paired": [dict(_windows(1, 1, 1000.0)[0].to_dict(), steps=-1)]}
+    bad.write_text(json.dumps(doc))
+    proc = _run(str(bad))
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert f"{bad}: paired[0]: key 'steps' must be an integer >= 0" in proc.stderr
+    proc = _run(str(tmp_path / "missing.json"))
+    assert proc.returncode == 2 and "missing.json: cannot read" in proc.stderr
