@@ -40,6 +40,11 @@ def _ms(batch: int, prev: int, k: int) -> float:
     return row[k] if prev == k else 0.5 * (row[prev] + row[k])
 
 
+def _extra(a: argparse.Namespace) -> dict:
+    """``ControllerConfig.extra`` from ``--cost`` and ``--acceptance``."""
+    return {k: v for k, v in (("cost", a.cost), ("acceptance", a.acceptance)) if v}
+
+
 def run(policy: str, seed: int, a: argparse.Namespace) -> tuple[float, list[int]]:
     """Tokens per ms of ``policy`` over one fresh start, and its K per decision."""
     rng = np.random.default_rng(seed)
@@ -47,8 +52,7 @@ def run(policy: str, seed: int, a: argparse.Namespace) -> tuple[float, list[int]
     levels: list[float] = []
     while len(levels) < a.steps:
         levels += [a.drift * speed.standard_normal()] * int(speed.integers(60, 300))
-    extra = {k: v for k, v in (("cost", a.cost), ("acceptance", a.acceptance)) if v}
-    ctl = Controller(ControllerConfig(kmax=4, policy=policy, extra=extra))
+    ctl = Controller(ControllerConfig(kmax=4, policy=policy, extra=_extra(a)))
     ctl.seed_step_costs([(b, b * (k + 1), max(k, 1),
                           STEP_MS[b][k] * float(np.exp(rng.normal(0.0, a.noise))))
                          for b in STEP_MS for k in range(5) for _ in range(2)])
@@ -98,9 +102,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cost", type=_json, default=None, metavar="JSON")
     p.add_argument("--acceptance", type=_json, default=None, metavar="JSON")
     a = p.parse_args(argv)
-    extra = {k: v for k, v in (("cost", a.cost), ("acceptance", a.acceptance)) if v}
     try:
-        Controller(ControllerConfig(kmax=4, policy=a.policy, extra=extra))
+        Controller(ControllerConfig(kmax=4, policy=a.policy, extra=_extra(a)))
     except (TypeError, ValueError) as exc:  # an unknown estimator keyword, a bad policy
         p.error(f"--policy/--cost/--acceptance: {exc}")
     best = best_fixed_k(a.accept)

@@ -259,22 +259,25 @@ def summarize_cell(ws: Sequence[Window]) -> PairedCell:
                 b = _index([w for w in paired if w.policy == best and w.server_round == s], ref)
                 if a is not None and b:
                     by_server.append(a / b)
-            if per_round:
-                ratio = float(statistics.median(per_round))
-                q1, q3 = _quartiles(per_round)
+            ratio, q1, q3 = _median_quartiles(per_round)
             if by_server:
                 lo, hi = min(by_server), max(by_server)
             if len(phases) > 1:
                 phase_ratio = _phase_ratio(paired, p, fixed, phases, ref)
-        k0 = k0_q1 = k0_q3 = None
-        if k0_rounds:
-            k0 = float(statistics.median(k0_rounds))
-            k0_q1, k0_q3 = _quartiles(k0_rounds)
+        k0, k0_q1, k0_q3 = _median_quartiles(k0_rounds)
         rows.append(PolicyRow(policy=p, tok_s=index[p] * pooled, ratio=ratio, q1=q1, q3=q3,
                               rounds=len(per_round), server_lo=lo, server_hi=hi,
                               phase_ratio=phase_ratio, k0=k0, k0_q1=k0_q1, k0_q3=k0_q3))
     w0 = ws[0]
     return PairedCell(w0.workload, w0.concurrency, best, rows)
+
+
+def _median_quartiles(values: Sequence[float]) -> tuple[float | None, float | None, float | None]:
+    """Median, first and third quartile of per-round ratios (None each without rounds)."""
+    if not values:
+        return None, None, None
+    q1, q3 = _quartiles(values)
+    return float(statistics.median(values)), q1, q3
 
 
 def _round_ratios(rounds: Mapping[tuple[int, int, int], Mapping[str, list[Window]]],
