@@ -9,7 +9,9 @@
 #      take turns, each serving every wave of requests once, the same texts (this machine's
 #      speed drifts by tens of percent within minutes: only a comparison inside one engine shows
 #      online against each fixed K, and only on the same texts at these short cells; fixed K = 0
-#      is the plugin drafting nothing, target-only's steps in the same engine);
+#      is the plugin drafting nothing, target-only's steps in the same engine); the paired
+#      server serves three waves a cell (the first the other servers' texts), so that each of
+#      its ratios is a median of three rotation rounds rather than one wave at one moment;
 #   3. prints the ratio tables, writes ab.png, report.md and results.json, stops every server, and
 #      prints the path of results.json as its last line.
 # Env: VSPEC_FIXTURES (use this fixture directory instead of ./manage.sh fixtures), VSPEC_DEMO_DIR
@@ -41,6 +43,6 @@ export HUST_VSPEC_MODEL_DIR="$FIXTURES"
 exec "$PY" -m vllm_hust_vspec.tools.bench ab \
     --configs "none,online,paired" --paired-waves --paired-policies fixed:0,fixed,online \
     --workloads code,swing --concurrency 1,4,16 \
-    --rounds 1 --output-len 48 --requests-per-slot 1 --min-requests 2 \
+    --rounds 1 --output-len 48 --requests-per-slot 1 --min-requests 2 --paired-requests-per-slot 3 \
     --prompts-dir "$FIXTURES/prompts" --output-dir "$OUT" \
     -- --config "$ROOT/configs/tiny-cpu-draft.toml" --max-num-seqs 16

@@ -3,6 +3,7 @@ bad input with one clear error and no server left running, and a minimal real A/
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import pathlib
@@ -152,6 +153,26 @@ def test_dry_run_paired_takes_the_policies_in_turns_in_one_server(fake):
     assert got["paired"]["env"]["HUST_VSPEC_ADAPTIVE_COMPARE_WAVES"] == "1"
 
 
+def test_paired_cells_can_hold_more_waves_than_the_others(fake):
+    """--paired-requests-per-slot gives the paired server alone more waves (rotation rounds)
+    per cell, its first waves the other servers' texts; the others' cells stay as short."""
+    proc = bench("--dry-run", "--prompts-dir", str(fake["prompts"]), "--output-dir",
+                 str(fake["out"]), "--configs", "none,paired", "--paired-waves",
+                 "--workloads", "code,swing", "--concurrency", "1,4", "--swing-phases", "1,2",
+                 "--requests-per-slot", "1", "--min-requests", "2",
+                 "--paired-requests-per-slot", "3", "--", "--config", PRESET,
+                 env=fake_env(fake))
+    assert proc.returncode == 0, proc.stderr
+    cells = dict(re.findall(r"^cell (\S+): requests (\S+),", proc.stdout, re.M))
+    paired = dict(re.findall(r"^paired cell (\S+): requests (\S+),", proc.stdout, re.M))
+    assert cells == {"code@1": "2@1", "code@4": "4@4", "swing@swing": "2@1+2@2"}
+    assert paired == {"code@1": "3@1", "code@4": "12@4", "swing@swing": "3@1+6@2"}
+    # without it the paired server runs the same cells and the dry run lists them once
+    got = dry_run(fake, "--configs", "none,paired", "--workloads", "code", "--concurrency",
+                  "4", "--", "--config", PRESET)
+    assert got["_cells"] == ["code@4"]
+
+
 def test_budget_servers_alone_get_the_cost_table(fake, tmp_path):
     """--budget-cost-table goes to the servers that run budget (alone or in turns), never to
     online (which refuses it); a table of another width is refused before any server."""
@@ -217,6 +238,9 @@ def test_dspark_without_the_plugin_is_refused_on_the_v1_runner(fake):
     (["--paired-policies", "sweep,online"], "unknown policy 'sweep'"),
     (["--paired-window", "2"], "--paired-window: 2 must be >= 4"),
     (["--configs", "none", "--paired-waves"], "--paired-waves is given but --configs has no paired"),
+    (["--configs", "none", "--paired-requests-per-slot", "3"],
+     "--paired-requests-per-slot is given but --configs has no paired"),
+    (["--paired-requests-per-slot", "0"], "--paired-requests-per-slot"),
 ])
 def test_bad_paired_input_is_one_error_before_any_server(fake, args, message):
     proc = bench("--configs", "paired", "--prompts-dir", str(fake["prompts"]), *args,
@@ -462,6 +486,12 @@ def test_demo_end_to_end(fixtures_dir, tmp_path):
     for w in doc["paired"]:
         rounds.setdefault((w["workload"], w["concurrency"], w["round"]), []).append(w["policy"])
     assert rounds and all(sorted(p) == policies for p in rounds.values()), rounds
+    # three waves (rotation rounds) in every paired cell and swing phase, where the servers
+    # of none and online ran one (--paired-requests-per-slot 3)
+    per_cell = collections.Counter((w, c, ph) for (w, c, _), ph in
+                                   {(w["workload"], w["concurrency"], w["round"]): w["phase"]
+                                    for w in doc["paired"]}.items())
+    assert len(per_cell) == 3 + 5 and all(n == 3 for n in per_cell.values()), per_cell
     # online against fixed K = 0 (target-only's steps) in each of the four paired cells
     online_rows = [line for line in lines if line.startswith(("| code |", "| swing |"))
                    and "| online |" in line and line.count("|") == 10]

@@ -121,6 +121,11 @@ def add_ab_args(p: argparse.ArgumentParser) -> None:
                    help="Requests per cell = concurrency x this (default %(default)s) ...")
     p.add_argument("--min-requests", type=_positive_int, default=4,
                    help="... but at least this many (default %(default)s).")
+    p.add_argument("--paired-requests-per-slot", type=_positive_int, default=None, metavar="N",
+                   help="--requests-per-slot of the paired configuration alone (default: the "
+                        "same): with --paired-waves every wave is a rotation round, so more "
+                        "waves give its median more rounds while the other configurations' "
+                        "cells stay as short; its first waves are their texts.")
     p.add_argument("--warmup-requests", type=int, default=4,
                    help="Unrecorded requests after each server start (default %(default)s; 0: "
                         "none).")
@@ -217,14 +222,19 @@ class _Plan:
                           "-- --config configs/tiny-cpu-draft.toml --max-num-seqs 16")
         self.base = resolve_base(launcher_args, environ)
         if a.dataset:
-            need = max(wl.requests_for(c, a.requests_per_slot, a.min_requests)
-                       for c in self.concurrency)
+            per_slot = max(a.requests_per_slot, a.paired_requests_per_slot or 0)
+            need = max(wl.requests_for(c, per_slot, a.min_requests) for c in self.concurrency)
             sets["dataset"] = load_dataset(a.dataset, self.base.target_path, need,
                                            a.output_len, a.seed)
         self.cells = wl.build_cells(self.workloads, self.concurrency, sets,
                                     per_slot=a.requests_per_slot, minimum=a.min_requests,
                                     max_output=a.output_len, seed=a.seed,
                                     swing_phases=self.swing_phases)
+        # the paired configuration's cells: the same texts first, then more waves of it
+        self.paired_cells = self.cells if a.paired_requests_per_slot is None else wl.build_cells(
+            self.workloads, self.concurrency, sets, per_slot=a.paired_requests_per_slot,
+            minimum=a.min_requests, max_output=a.output_len, seed=a.seed,
+            swing_phases=self.swing_phases)
         kmax = self.base.kmax
         fixed_ks = (cfgs.parse_int_list(a.fixed_ks, "--fixed-ks") if a.fixed_ks
                     else tuple(range(1, kmax + 1)))
@@ -245,6 +255,10 @@ class _Plan:
         self.paired_waves = bool(a.paired_waves)
         if self.paired_waves and not any(c.policy == "paired" for c in self.configs):
             raise AbError("--paired-waves is given but --configs has no paired configuration")
+        if a.paired_requests_per_slot is not None and not any(
+                c.policy == "paired" for c in self.configs):
+            raise AbError("--paired-requests-per-slot is given but --configs has no paired "
+                          "configuration")
         self.native_table = None
         if any(c.policy == "native_table" for c in self.configs):
             if a.native_table is None:
@@ -292,6 +306,10 @@ class _Plan:
                           "runner only through the plugin (vLLM drafts DSpark in its V2 GPU "
                           "runner alone); compare plugin:K (the plugin at a fixed K) instead "
                           "of fixed:K or native_table")
+
+    def cells_of(self, config: cfgs.BenchConfig) -> list[wl.Cell]:
+        """The cells ``config``'s servers run (the paired one's may hold more waves)."""
+        return self.paired_cells if config.policy == "paired" else self.cells
 
     def budget_flags(self, preview: bool = False) -> list[str]:
         """The cost-table flags of a server that runs the budget policy: load the table once
@@ -351,6 +369,11 @@ def _print_dry_run(plan: _Plan) -> None:
     for cell in plan.cells:
         phases = "+".join(f"{len(p.requests)}@{p.concurrency}" for p in cell.phases)
         print(f"cell {cell.key}: requests {phases}, {cell.output_tokens} output tokens")
+    if plan.paired_cells is not plan.cells:
+        for cell in plan.paired_cells:
+            phases = "+".join(f"{len(p.requests)}@{p.concurrency}" for p in cell.phases)
+            print(f"paired cell {cell.key}: requests {phases}, {cell.output_tokens} output "
+                  "tokens")
 
 
 def _warmup_cell(plan: _Plan) -> wl.Cell | None:
@@ -488,7 +511,7 @@ def _run_config(plan: _Plan, config: cfgs.BenchConfig, rnd: int, warm: wl.Cell |
             if warm is not None:
                 driver.run_phases(warm.phases, "warmup", replay)
             parts = []
-            for cell in plan.cells:
+            for cell in plan.cells_of(config):
                 if not server.alive():
                     raise ServerError(f"server for {config.name} died during the "
                                       f"run; log {server.log_path}")
