@@ -498,6 +498,15 @@ def test_demo_end_to_end(fixtures_dir, tmp_path):
     assert len(online_rows) == 4, lines
     assert all(re.search(r"\| \d\.\d{3} \[\d\.\d{3}-\d\.\d{3}\] \|$", line)
                for line in online_rows), online_rows
+    # end to end (whole waves, prompts included): online against the best fixed K and
+    # fixed K = 0 in each of the four cells
+    assert "### End to end: whole waves, prompts included" in proc.stdout
+    wave_rows = [line for line in lines if line.startswith(("| code |", "| swing |"))
+                 and "| online |" in line and line.count("|") == 8]
+    assert len(wave_rows) == 4 and all(
+        re.search(r"\| \d\.\d{3} \[\d\.\d{3}-\d\.\d{3}\] \((3|15)\) \|.*"
+                  r"\| \d\.\d{3} \[\d\.\d{3}-\d\.\d{3}\] \|$", line)
+        for line in wave_rows), wave_rows
     # one round judges no goal, and the ratio table says so in every cell
     judged = [line for line in lines if line.startswith(("| code |", "| swing |"))
               and line.endswith("| no: none 1 round(s) |")]

@@ -126,8 +126,10 @@ def test_waves_every_policy_serves_the_same_texts(fixtures_dir, tmp_path):
     by_round: dict[int, list[dict]] = {}
     for w in windows:
         by_round.setdefault(w["round"], []).append(w)
-    # every window is recorded when its wave ends, the last one too
+    # every window is recorded when its wave ends, the last one too, with the whole wave's
+    # time: its prefill step and its first step besides the measured decode steps
     assert len(windows) == len(prompts) * len(policies)
+    assert all(w["wave_steps"] >= w["steps"] + 1 and w["wave_ms"] > w["ms"] for w in windows)
     rounds = sorted(by_round)
     assert len(rounds) == len(prompts)
     for r in rounds:

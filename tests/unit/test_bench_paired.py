@@ -9,6 +9,7 @@ from vllm_hust_vspec.tools.bench_paired import (
     Window,
     markdown,
     summarize,
+    summarize_waves,
     window_from_dict,
     windows_from_trace,
 )
@@ -109,6 +110,50 @@ def test_window_records_round_trip_and_bad_ones_are_named():
         window_from_dict(bad, "paired[0]")
     with pytest.raises(PairedError, match="unknown key 'x'"):
         window_from_dict(dict(w.to_dict(), x=1), "paired[0]")
+
+
+def test_whole_waves_give_the_end_to_end_ratio_which_the_decode_steps_overstate():
+    """Every policy of a round served the same tokens: the ratio of whole-wave times
+    (prefill steps included) is the end-to-end one. Decode: online 1.25 x fixed K = 0;
+    with 1000 ms of prompts in each wave of 1000 + 500 / 400 ms: 1.5 / 1.4 = 1.071."""
+    import dataclasses
+
+    ws = []
+    for rnd, slow in ((1, 1.0), (2, 2.0), (3, 1.0)):  # round 2 at half the machine speed
+        for policy, decode_ms in (("fixed:0", 500.0), ("fixed:1", 420.0), ("online", 400.0)):
+            w = _w(policy, rnd, 1000 * 500.0 / decode_ms / slow, ms=decode_ms * slow)
+            ws.append(dataclasses.replace(w, wave_steps=20,
+                                          wave_ms=(1000.0 + decode_ms) * slow))
+    (cell,) = summarize(ws)
+    assert cell.row("online").k0 == pytest.approx(1.25, abs=2e-3)
+    (wave,) = summarize_waves(ws)
+    assert wave.best_fixed == "fixed:1"
+    online = next(r for r in wave.rows if r.policy == "online")
+    assert online.k0 == pytest.approx(1500 / 1400) and online.rounds == 3
+    assert online.ratio == pytest.approx(1420 / 1400) and online.phase_ratio is None
+    text = markdown(ws)
+    assert "### End to end: whole waves, prompts included" in text
+    assert "| code | 4 | fixed:1 | online | 1.014 [1.014-1.014] (3) | - | 1.071 [1.071-1.071] |" in text
+    # records with their wave times round-trip; windows without them give no such table
+    assert window_from_dict(ws[0].to_dict(), "w") == ws[0]
+    with pytest.raises(PairedError, match="key 'wave_ms' must be a finite number >= 0"):
+        window_from_dict(dict(ws[0].to_dict(), wave_ms=-1.0), "w")
+    plain = [dataclasses.replace(w, wave_steps=None, wave_ms=None) for w in ws]
+    assert summarize_waves(plain) == [] and "End to end" not in markdown(plain)
+    # a swing: phase 0's best is fixed:1's 1000 ms, phase 1's fixed:2's 1000; online takes
+    # 1000 in both, the per-phase oracle's time, above fixed:2 (the least in all)
+    swing = []
+    for rnd in (1, 2):
+        for phase, times in ((0, {"fixed:1": 1000, "fixed:2": 1200, "online": 1000}),
+                             (1, {"fixed:1": 1500, "fixed:2": 1000, "online": 1000})):
+            swing += [dataclasses.replace(_w(p, rnd, 1000, phase=phase, workload="swing",
+                                             conc="swing"), wave_steps=9, wave_ms=float(t))
+                      for p, t in times.items()]
+    (wave,) = summarize_waves(swing)
+    online = next(r for r in wave.rows if r.policy == "online")
+    assert wave.best_fixed == "fixed:2" and online.rounds == 4
+    assert online.ratio == pytest.approx(1.1) and online.phase_ratio == pytest.approx(1.0)
+    assert online.k0 is None
 
 
 def test_the_report_section_names_the_best_fixed_k_and_the_load():

@@ -33,9 +33,10 @@ def test_a_window_leaves_out_its_first_step_and_prefill_steps():
     records = []
     for step in range(1, 9):
         rot.decision(step)
-        cycle = None if step == 3 else 10.0  # step 3 ran a prefill
-        records += rot.output(step, batch=2, tokens=5, cycle_ms=cycle)
-    # window 1 (steps 1-4) is complete once a step of window 2 is out and none of its own pends
+        records += rot.output(step, batch=2, tokens=5, cycle_ms=10.0,
+                              prefill=step == 3)  # step 3 ran a prefill
+    # window 1 (steps 1-4) is complete once a step of window 2 is out and none of its own
+    # pends; windows of decisions are no waves: no whole-wave time
     assert records == [{"window": 1, "round": 1, "policy": "a", "steps": 2, "tokens": 10,
                         "ms": 20.0, "batch": 2.0, "by_batch": [[2, 2, 10, 20.0]]}]
 
@@ -121,6 +122,24 @@ def test_waves_a_finished_wave_is_recorded_at_once_and_only_once():
         out = rot.output(s, batch=1, tokens=2, cycle_ms=5.0)
         assert all(r["window"] != 1 for r in out)
     assert [r["window"] for r in rot.close()] == [2]
+
+
+def test_a_waves_record_times_the_whole_wave_prefill_included():
+    """With waves a window's record also carries every step of the wave (its prefill steps
+    and its first step, which the decode measurement leaves out): the time a client waits
+    for the wave; a step without a time (none) counts in neither."""
+    rot = Rotation(["a", "b"], window=16, waves=True)
+    step, _ = _wave(rot, 0, [("x1", [1]), ("y1", [2])], steps=5)
+    out = []
+    for s, (ms, prefill) in enumerate([(300.0, True), (40.0, True), (20.0, False),
+                                       (22.0, False), (None, False)], 1):
+        out += rot.output(s, batch=2, tokens=4, cycle_ms=ms, prefill=prefill)
+    out += rot.close()
+    (rec,) = out
+    # decode measurement: step 3 is the first decode step but step 1 is the window's first
+    # (settling) step, so steps 3 and 4 count
+    assert (rec["steps"], rec["tokens"], rec["ms"]) == (2, 8, 42.0)
+    assert (rec["wave_steps"], rec["wave_ms"]) == (4, 382.0)
 
 
 def test_waves_without_compare_are_refused():

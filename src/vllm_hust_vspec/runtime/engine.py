@@ -531,9 +531,10 @@ class EngineRuntime:
                 # were accepted is not this policy's (runtime/rotation.py)
                 timed_ms = catch_up = None
                 some = False
-            # a policy's windows pay its resumes: only prefill steps are left out
+            # a policy's windows pay its resumes: only prefill steps are left out (of the
+            # decode measurement; the wave's whole time counts them)
             self.outputs.records(self.rotation.output(
-                clocked.step, batch, tokens, None if prefill else clocked.cycle_ms))
+                clocked.step, batch, tokens, clocked.cycle_ms, prefill=prefill))
         controller.observe(StepResult(
             step=clocked.step, batch_size=batch, k_verified=clocked.k_verified, results=(),
             wall_ms=timed_ms,

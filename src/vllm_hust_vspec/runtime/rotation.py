@@ -33,6 +33,13 @@ the step's window plus the engine's usual overhead), ``batch`` the mean decoding
 ``by_batch`` the same sums split by the steps' decoding batch (``[batch, steps, tokens,
 ms]`` rows): the comparison sets each window against what the steps of every policy made at
 the same batch (windows of one round fall in different parts of a load's fill and drain).
+With waves a record also has ``wave_steps`` and ``wave_ms``: every step of the wave, its
+prefill steps and the first one included, the time a client waits for the wave's tokens.
+Every policy of a round serves the same tokens, so the ratio of two policies' ``wave_ms``
+is their end-to-end ratio, which the decode steps alone overstate when the prompts take a
+large share of a wave (a batch-16 wave of the demo: 2.5-2.7 s of prefill steps against
+about 2.4 s of decode steps, the prefill steps within a few percent of each other whatever
+the policy).
 ``vllm-hust-vspec-bench ab`` (configuration ``paired``) pairs the windows of each round.
 Pure Python (no vLLM import).
 """
@@ -59,15 +66,22 @@ class _Window:
     by_batch: dict[int, list] = dataclasses.field(default_factory=dict)
     first_step: int | None = None  # the window's first decision (its step number)
     after: int | None = None  # the policy of the window before (None: the first window)
+    # every step of the window, its prefill and settling steps included: (steps, ms)
+    all_steps: int = 0
+    all_ms: float = 0.0
 
-    def record(self, names: Sequence[str]) -> dict[str, Any]:
+    def record(self, names: Sequence[str], waves: bool = False) -> dict[str, Any]:
         rows = sorted(self.by_batch.items())
         steps = sum(n for _b, (n, _t, _ms) in rows)
-        return {"window": self.number, "round": self.round, "policy": names[self.index],
-                "steps": steps, "tokens": sum(t for _b, (_n, t, _ms) in rows),
-                "ms": round(sum(ms for _b, (_n, _t, ms) in rows), 3),
-                "batch": round(sum(b * n for b, (n, _t, _ms) in rows) / steps, 3) if steps else 0.0,
-                "by_batch": [[b, n, t, round(ms, 3)] for b, (n, t, ms) in rows]}
+        rec = {"window": self.number, "round": self.round, "policy": names[self.index],
+               "steps": steps, "tokens": sum(t for _b, (_n, t, _ms) in rows),
+               "ms": round(sum(ms for _b, (_n, _t, ms) in rows), 3),
+               "batch": round(sum(b * n for b, (n, _t, _ms) in rows) / steps, 3) if steps else 0.0,
+               "by_batch": [[b, n, t, round(ms, 3)] for b, (n, t, ms) in rows]}
+        if waves:  # the whole wave, prompts included: what a client waits for
+            rec["wave_steps"] = self.all_steps
+            rec["wave_ms"] = round(self.all_ms, 3)
+        return rec
 
 
 class Rotation:
@@ -157,15 +171,20 @@ class Rotation:
         return (w is not None and w.first_step is not None and w.after is not None
                 and w.after != w.index and step < w.first_step + SETTLE_STEPS)
 
-    def output(self, step: int, batch: int, tokens: int, cycle_ms: float | None) -> list[dict[str, Any]]:
+    def output(self, step: int, batch: int, tokens: int, cycle_ms: float | None,
+               prefill: bool = False) -> list[dict[str, Any]]:
         """Step ``step``'s output: ``batch`` decoding requests produced ``tokens`` tokens in
-        ``cycle_ms`` (None: a step with prefill, not measured).  Returns the records of the
-        windows now complete."""
+        ``cycle_ms`` (None: not timed); a step that also ran a prefill (``prefill``) counts
+        only in the wave's whole time (``wave_ms``), not in the decode measurement.  Returns
+        the records of the windows now complete."""
         w = self._by_step.pop(step, None)
         if w is None:
             return []
+        if cycle_ms is not None:
+            w.all_steps += 1
+            w.all_ms += float(cycle_ms)
         settle = w.first_step is not None and step < w.first_step + SETTLE_STEPS
-        if cycle_ms is not None and not settle and batch > 0:
+        if cycle_ms is not None and not prefill and not settle and batch > 0:
             row = w.by_batch.setdefault(int(batch), [0, 0, 0.0])
             row[0] += 1
             row[1] += int(tokens)
@@ -179,7 +198,7 @@ class Rotation:
             if any(v is w for v in self._by_step.values()):
                 break  # an output of this window is still to come
             self._open.pop(0)
-            done.append(w.record(self.names))
+            done.append(w.record(self.names, self.waves))
         return done
 
     def close(self) -> list[dict[str, Any]]:
@@ -192,7 +211,7 @@ class Rotation:
         w.closed = True
         done = self._complete()  # the windows before it
         self._open = [v for v in self._open if v is not w]
-        return done + [w.record(self.names)]
+        return done + [w.record(self.names, self.waves)]
 
     def forget_pending(self) -> None:
         """The engine ran steps outside the pipeline (a forced K): the decided steps whose
