@@ -35,8 +35,10 @@ inside a round and summarised over rounds:
   ratio, per round, median [quartiles] (:func:`summarize_waves`). Why: the decode steps
   alone overstate a speed-up where the prompts take a large share of a wave; in the demo's
   batch-16 waves the prefill steps took 2.5-2.7 s against about 2.4 s of decode steps
-  (within a few percent of each other whatever the policy), while across servers online ran
-  0.84-0.88 x target-only there and paired decode steps said 1.07-1.17.
+  (within a few percent of each other whatever the policy), and with speculation a wave's
+  requests finish at different steps, its last steps at small batches, which the decode
+  index credits: across servers online ran 0.84-0.90 x target-only there in three demo
+  runs, paired decode steps said 1.05-1.17 x fixed K = 0, whole waves 0.95.
 
 ``results.json`` holds the window records under ``"paired"``.  Pure Python (no vLLM import).
 """
