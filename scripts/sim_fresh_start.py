@@ -28,6 +28,7 @@ import numpy as np
 
 from vllm_hust_vspec.adaptive.controller import Controller, ControllerConfig
 from vllm_hust_vspec.adaptive.observations import BatchView, StepResult
+from vllm_hust_vspec.tools.argtypes import nonneg_float, positive_int
 
 #: steady step ms by batch and K (0..4), fixed policies, paired server, AVX2 EPYC
 STEP_MS = {1: (23.7, 28.0, 32.4, 36.3, 40.3), 4: (31.1, 42.6, 48.7, 56.4, 66.5),
@@ -94,11 +95,11 @@ def _json(text: str) -> dict:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--policy", default="online")
-    p.add_argument("--steps", type=int, default=128)
-    p.add_argument("--seeds", type=int, default=64)
+    p.add_argument("--steps", type=positive_int, default=128)
+    p.add_argument("--seeds", type=positive_int, default=64)
     p.add_argument("--accept", type=_floats, default=CODE_ACCEPT, metavar="A1,A2,A3,A4")
-    p.add_argument("--noise", type=float, default=0.10)
-    p.add_argument("--drift", type=float, default=0.0)
+    p.add_argument("--noise", type=nonneg_float, default=0.10)
+    p.add_argument("--drift", type=nonneg_float, default=0.0)
     p.add_argument("--cost", type=_json, default=None, metavar="JSON")
     p.add_argument("--acceptance", type=_json, default=None, metavar="JSON")
     a = p.parse_args(argv)

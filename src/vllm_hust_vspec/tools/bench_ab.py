@@ -366,14 +366,13 @@ def _print_dry_run(plan: _Plan) -> None:
               + (f" compare={','.join(c.compare)}" if c.compare else ""))
         print("  env: " + " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(env.items())))
         print("  cmd: " + shlex.join(cmd.argv))
-    for cell in plan.cells:
-        phases = "+".join(f"{len(p.requests)}@{p.concurrency}" for p in cell.phases)
-        print(f"cell {cell.key}: requests {phases}, {cell.output_tokens} output tokens")
+    cell_lists = [("", plan.cells)]
     if plan.paired_cells is not plan.cells:
-        for cell in plan.paired_cells:
+        cell_lists.append(("paired ", plan.paired_cells))
+    for label, cells in cell_lists:
+        for cell in cells:
             phases = "+".join(f"{len(p.requests)}@{p.concurrency}" for p in cell.phases)
-            print(f"paired cell {cell.key}: requests {phases}, {cell.output_tokens} output "
-                  "tokens")
+            print(f"{label}cell {cell.key}: requests {phases}, {cell.output_tokens} output tokens")
 
 
 def _warmup_cell(plan: _Plan) -> wl.Cell | None:

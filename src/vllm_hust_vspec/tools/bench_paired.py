@@ -148,13 +148,12 @@ def window_from_dict(rec: Any, where: str) -> Window:
     extra = sorted(set(rec) - set(WINDOW_KEYS))
     if extra:
         raise PairedError(f"{where}: unknown key {extra[0]!r}")
-    for key in ("phase", "server_round", "window", "round", "steps", "tokens"):
-        v = rec[key]
+    for key in ("phase", "server_round", "window", "round", "steps", "tokens", "wave_steps"):
+        v = rec.get(key)
+        if key == "wave_steps" and v is None:
+            continue
         if isinstance(v, bool) or not isinstance(v, int) or v < 0:
             raise PairedError(f"{where}: key '{key}' must be an integer >= 0, got {v!r}")
-    v = rec.get("wave_steps")
-    if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
-        raise PairedError(f"{where}: key 'wave_steps' must be an integer >= 0 or null, got {v!r}")
     for key in ("ms", "batch", "load_1m", "wave_ms"):
         v = rec.get(key)
         if key in ("load_1m", "wave_ms") and v is None:
@@ -345,11 +344,16 @@ def combine(runs: Sequence[Sequence[Window]]) -> list[Window]:
     return out
 
 
-def summarize(ws: Sequence[Window]) -> list[PairedCell]:
+def _by_cell(ws: Sequence[Window]) -> list[list[Window]]:
+    """The windows of each cell, cells in their first window's order."""
     cells: dict[tuple[str, int | str], list[Window]] = {}
     for w in ws:
         cells.setdefault(w.cell, []).append(w)
-    return [summarize_cell(v) for v in cells.values()]
+    return list(cells.values())
+
+
+def summarize(ws: Sequence[Window]) -> list[PairedCell]:
+    return [summarize_cell(v) for v in _by_cell(ws)]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -380,11 +384,8 @@ def summarize_waves(ws: Sequence[Window]) -> list[WaveCell]:
     served the same requests to the same tokens, so the ratio of two policies' whole wave
     times (``wave_ms``: prefill steps included) is their end-to-end speed ratio; cells
     whose windows carry no wave times are left out."""
-    cells: dict[tuple[str, int | str], list[Window]] = {}
-    for w in ws:
-        cells.setdefault(w.cell, []).append(w)
     out = []
-    for cws in cells.values():
+    for cws in _by_cell(ws):
         if not all(w.wave_ms for w in cws):
             continue
         policies = list(dict.fromkeys(w.policy for w in cws))
@@ -419,6 +420,11 @@ def _r(x: float | None) -> str:
     return "-" if x is None else f"{x:.3f}"
 
 
+def _mq(median: float | None, q1: float | None, q3: float | None) -> str:
+    """A median ratio and its quartiles (``-`` without rounds)."""
+    return "-" if median is None else f"{median:.3f} [{q1:.3f}-{q3:.3f}]"
+
+
 def markdown(ws: Sequence[Window]) -> str:
     """The paired section of the A/B report."""
     if not ws:
@@ -444,11 +450,9 @@ def markdown(ws: Sequence[Window]) -> str:
         for r in c.rows:
             spread = ("-" if r.server_lo is None
                       else f"{r.server_lo:.3f}-{r.server_hi:.3f}")
-            quart = "" if r.q1 is None else f" [{r.q1:.3f}-{r.q3:.3f}]"
-            k0 = "-" if r.k0 is None else f"{r.k0:.3f} [{r.k0_q1:.3f}-{r.k0_q3:.3f}]"
             lines.append(f"| {c.workload} | {c.concurrency} | {c.best_fixed or '-'} | "
-                         f"{r.policy} | {r.tok_s:.1f} | {_r(r.ratio)}{quart} ({r.rounds}) | "
-                         f"{spread} | {_r(r.phase_ratio)} | {k0} |")
+                         f"{r.policy} | {r.tok_s:.1f} | {_mq(r.ratio, r.q1, r.q3)} ({r.rounds}) | "
+                         f"{spread} | {_r(r.phase_ratio)} | {_mq(r.k0, r.k0_q1, r.k0_q3)} |")
     return "\n".join(lines + _wave_lines(ws)) + "\n"
 
 
@@ -470,9 +474,7 @@ def _wave_lines(ws: Sequence[Window]) -> list[str]:
              "|---|---|---|---|---|---|---|"]
     for c in cells:
         for r in c.rows:
-            quart = "" if r.q1 is None else f" [{r.q1:.3f}-{r.q3:.3f}]"
-            k0 = "-" if r.k0 is None else f"{r.k0:.3f} [{r.k0_q1:.3f}-{r.k0_q3:.3f}]"
             lines.append(f"| {c.workload} | {c.concurrency} | {c.best_fixed or '-'} | "
-                         f"{r.policy} | {_r(r.ratio)}{quart} ({r.rounds}) | "
-                         f"{_r(r.phase_ratio)} | {k0} |")
+                         f"{r.policy} | {_mq(r.ratio, r.q1, r.q3)} ({r.rounds}) | "
+                         f"{_r(r.phase_ratio)} | {_mq(r.k0, r.k0_q1, r.k0_q3)} |")
     return lines
