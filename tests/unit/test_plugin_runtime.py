@@ -129,6 +129,21 @@ def test_fit_cost_recovers_the_model():
     assert fit_cost([], 1)["bias_ms"] == 0.0
 
 
+def test_fit_cost_at_one_draft_depth_keeps_a_k0_step_positive():
+    """A fixed-K run (K = 4): the drafter's column is 4/5 of the verified tokens' on decode
+    steps, and a slow step that verified few rows (the prompts' step) tips a fit with a
+    drafter term into putting the whole cost there, pricing a K = 0 step at 0 (the recorder
+    test once failed so).  One depth fits bias and per-token cost only."""
+    rng = np.random.default_rng(1)
+    samples = [(8, 4, 8, 300.0)]
+    for b in [8] * 20 + [7, 6, 5, 4, 3, 2, 1] * 5:
+        samples.append((b, 4, 5 * b, 10.0 * b * (1.0 + 0.03 * rng.standard_normal())))
+    cost = fit_cost(samples, draft_min_steps=0)
+    assert cost["draft_token_ms"] == 0.0
+    assert cost["bias_ms"] + cost["target_token_ms"] > 0.5  # a K = 0 step at B = 1 costs
+    assert cost["target_token_ms"] > 1.0
+
+
 def test_recorder_file_replays_at_fixed_kmax(tmp_path):
     path = tmp_path / "rec.jsonl"
     rec = SimTraceRecorder(str(path), kmax=3, max_num_seqs=4, draft_min_steps=1)

@@ -73,7 +73,8 @@ def fit_cost(samples: list[tuple[int, int, int, float]], draft_min_steps: int) -
 
     Model fitted (non-negative least squares): ``ms = bias + target_token_ms * T +
     max(K, draft_min_steps) * draft_token_ms * B``; the memory-bound terms are 0, which is
-    the same formula with ``target_mem_ms = draft_mem_ms = 0``.  ``noise`` is the standard
+    the same formula with ``target_mem_ms = draft_mem_ms = 0``.  Samples of one draft depth
+    fit no drafter term (its cost goes to the other two).  ``noise`` is the standard
     deviation of ``log(ms / predicted)``."""
     cost = {"bias_ms": 0.0, "target_mem_ms": 0.0, "target_token_ms": 0.0, "draft_mem_ms": 0.0,
             "draft_token_ms": 0.0, "draft_min_steps": int(draft_min_steps), "noise": 0.0}
@@ -84,12 +85,21 @@ def fit_cost(samples: list[tuple[int, int, int, float]], draft_min_steps: int) -
     if len(samples) < 3:
         cost["bias_ms"] = float(np.mean(ms))
         return cost
-    a = np.column_stack([np.ones_like(ms), t, np.maximum(k, draft_min_steps) * b])
+    depth = np.maximum(k, draft_min_steps)
+    columns = [np.ones_like(ms), t]
+    # at one draft depth (a fixed-K run) the drafter's column is a multiple of the verified
+    # tokens' (T = (K + 1) * B when every request drafts K): the fit could then put the whole
+    # step on the drafter and leave a K = 0 step costing nothing.  Fit the drafter only when
+    # the samples hold two depths or more.
+    fit_draft = len(np.unique(depth)) > 1
+    if fit_draft:
+        columns.append(depth * b)
+    a = np.column_stack(columns)
     coef = nnls(a, ms)
     pred = a @ coef
     cost["bias_ms"] = round(float(coef[0]), 6)
     cost["target_token_ms"] = round(float(coef[1]), 6)
-    cost["draft_token_ms"] = round(float(coef[2]), 6)
+    cost["draft_token_ms"] = round(float(coef[2]), 6) if fit_draft else 0.0
     ok = (pred > 0) & (ms > 0)
     if ok.sum() >= 2:
         cost["noise"] = round(float(min(1.0, np.std(np.log(ms[ok] / pred[ok])))), 6)
