@@ -70,3 +70,33 @@ def test_a_file_without_paired_windows_or_unreadable_is_named(tmp_path):
     assert f"{bad}: paired[0]: key 'steps' must be an integer >= 0" in proc.stderr
     proc = _run(str(tmp_path / "missing.json"))
     assert proc.returncode == 2 and "missing.json: cannot read" in proc.stderr
+
+
+def test_beliefs_read_the_traces_next_to_the_results(tmp_path):
+    """``--beliefs``: online's decisions from ``traces/paired-r1.jsonl`` against the fixed
+    windows of the results file (fixed:1 30 ms a step, fixed:2 34 ms; online priced them 32
+    and 41 ms); a missing trace is one error that names it; two files are refused."""
+    windows = [Window("mixed", 1, 0, 1, 1, 1, "fixed:1", 10, 17, 300.0, 1.0, 0.3,
+                      by_batch=((1, 10, 17, 300.0),)),
+               Window("mixed", 1, 0, 1, 2, 1, "fixed:2", 10, 20, 340.0, 1.0, 0.3,
+                      by_batch=((1, 10, 20, 340.0),)),
+               Window("mixed", 1, 0, 1, 3, 1, "online", 10, 17, 300.0, 1.0, 0.3,
+                      by_batch=((1, 10, 17, 300.0),))]
+    res = tmp_path / "results.json"
+    _results(res, windows)
+    proc = _run(str(res), "--beliefs")
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert f"{tmp_path / 'traces' / 'paired-r1.jsonl'}: cannot read" in proc.stderr
+    decision = {"step": 5, "batch": 1, "k": 1, "policy": "online", "reason": "best k=1",
+                "est_accept": [0.75, 0.6], "est_costs": [None, 32.0, 41.0],
+                "est_goodput": [None, 0.0547, 0.0537]}
+    (tmp_path / "traces").mkdir()
+    lines = [{"window": 1, "by_batch": [[1, 10, 17, 300.0]]},
+             {"window": 2, "by_batch": [[1, 10, 20, 340.0]]}, decision,
+             {"window": 3, "by_batch": [[1, 10, 17, 300.0]]}]
+    (tmp_path / "traces" / "paired-r1.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    proc = _run(str(res), "--beliefs")
+    assert proc.returncode == 0, proc.stderr
+    assert "| mixed@1 | 1 | 1 | 1 | 1: 1.07, 2: 1.21 | 0.123 | 0.963 | 1.000 | 0.963 | - |" in proc.stdout
+    proc = _run(str(res), str(res), "--beliefs")
+    assert proc.returncode == 2 and "reads one results file" in proc.stderr

@@ -211,6 +211,11 @@ def add_paired_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("results", nargs="+", type=pathlib.Path, metavar="RESULTS.json",
                    help="results.json of a bench ab run with the paired configuration "
                         "(several: their servers pooled, each one its own server round)")
+    p.add_argument("--beliefs", action="store_true",
+                   help="instead of the ratios: what online believed (its price of every K, "
+                        "its acceptance) against what the fixed Ks measured in the same cell, "
+                        "from the decision traces next to one results file "
+                        "(traces/paired-r<server>.jsonl)")
 
 
 def run_paired(a: argparse.Namespace, extra: Sequence[str]) -> int:
@@ -227,6 +232,15 @@ def run_paired(a: argparse.Namespace, extra: Sequence[str]) -> int:
                              "configuration)")
         runs.append([window_from_dict(w, f"{path}: paired[{i}]")
                      for i, w in enumerate(doc["paired"])])
+    if a.beliefs:
+        from vllm_hust_vspec.tools import paired_beliefs
+
+        if len(runs) != 1:
+            raise BenchError("paired --beliefs reads one results file (its traces lie next to it)")
+        windows = runs[0]
+        traces = paired_beliefs.read_traces(a.results[0], {w.server_round for w in windows})
+        print(paired_beliefs.markdown(paired_beliefs.beliefs(windows, traces)), end="")
+        return 0
     print(markdown(combine(runs)).lstrip("\n"), end="")
     return 0
 
