@@ -140,6 +140,17 @@ def _fold(hist: np.ndarray, kmax: int) -> tuple[list[int], list[int], int, int, 
 # ----------------------------------------------------------------------------- acceptance
 
 
+def expected_committed(accept: Sequence[float]) -> list[float]:
+    """``E(K) = 1 + sum_{j<=K} prod_{i<=j} a_i`` for K = 0..len(accept): the tokens a request
+    commits in a step that drafts K, from the conditional acceptance per position."""
+    out = [1.0]
+    surv = 1.0
+    for a in accept:
+        surv *= a
+        out.append(out[-1] + surv)
+    return out
+
+
 class AcceptanceEstimator:
     """Conditional acceptance per draft position from decayed counts.
 
@@ -271,12 +282,7 @@ class AcceptanceEstimator:
     def expected_committed(self) -> list[float]:
         """``E(K) = 1 + sum_{j<=K} prod_{i<=j} a_i`` for K = 0..kmax (per request)."""
         if self._expected is None:
-            out = [1.0]
-            surv = 1.0
-            for a in self.estimate():
-                surv *= a
-                out.append(out[-1] + surv)
-            self._expected = out
+            self._expected = expected_committed(self.estimate())
         return self._expected
 
     def effective_trials(self) -> tuple[float, ...]:

@@ -344,7 +344,7 @@ def combine(runs: Sequence[Sequence[Window]]) -> list[Window]:
     return out
 
 
-def _by_cell(ws: Sequence[Window]) -> list[list[Window]]:
+def by_cell(ws: Sequence[Window]) -> list[list[Window]]:
     """The windows of each cell, cells in their first window's order."""
     cells: dict[tuple[str, int | str], list[Window]] = {}
     for w in ws:
@@ -353,7 +353,7 @@ def _by_cell(ws: Sequence[Window]) -> list[list[Window]]:
 
 
 def summarize(ws: Sequence[Window]) -> list[PairedCell]:
-    return [summarize_cell(v) for v in _by_cell(ws)]
+    return [summarize_cell(v) for v in by_cell(ws)]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -385,7 +385,7 @@ def summarize_waves(ws: Sequence[Window]) -> list[WaveCell]:
     times (``wave_ms``: prefill steps included) is their end-to-end speed ratio; cells
     whose windows carry no wave times are left out."""
     out = []
-    for cws in _by_cell(ws):
+    for cws in by_cell(ws):
         if not all(w.wave_ms for w in cws):
             continue
         policies = list(dict.fromkeys(w.policy for w in cws))

@@ -41,9 +41,10 @@ import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from vllm_hust_vspec.adaptive.estimators import expected_committed
 from vllm_hust_vspec.errors import VspecError
 
-from .bench_paired import Window
+from .bench_paired import Window, by_cell, is_fixed
 
 MIN_STEPS = 5  # measured steps a fixed K needs at a batch for the batch to be compared
 ONLINE = "online"
@@ -92,9 +93,9 @@ def _measured(windows: Sequence[Window]) -> dict[tuple[int, int], tuple[float, f
     """(K, batch) -> (ms per step, tokens per request-step) of the fixed policies' windows."""
     sums: dict[tuple[int, int], list[float]] = collections.defaultdict(lambda: [0, 0.0, 0])
     for w in windows:
-        if not w.policy.startswith("fixed:"):
+        if not is_fixed(w.policy):
             continue
-        k = int(w.policy.split(":", 1)[1])
+        k = _fixed_k(w.policy)
         for b, steps, tokens, ms in w.rows():
             s = sums[(k, b)]
             s[0] += steps
@@ -103,24 +104,23 @@ def _measured(windows: Sequence[Window]) -> dict[tuple[int, int], tuple[float, f
     return {key: (ms / n, tok / n / key[1]) for key, (n, ms, tok) in sums.items() if n >= MIN_STEPS}
 
 
-def _expected(accept: Sequence[float], kmax: int) -> list[float]:
-    out, surv = [1.0], 1.0
-    for a in list(accept)[:kmax]:
-        surv *= a
-        out.append(out[-1] + surv)
-    return out
+def _fixed_k(policy: str) -> int:
+    """``fixed:K`` -> K."""
+    return int(policy.split(":", 1)[1])
 
 
 def cell_beliefs(windows: Sequence[Window], decisions: Mapping[int, Sequence[Mapping[str, Any]]]
                  ) -> list[BeliefRow]:
     """The rows of one cell and server (``windows``: its paired windows, every policy)."""
+    ks = sorted({_fixed_k(w.policy) for w in windows if is_fixed(w.policy)})
+    if not ks:
+        return []
     measured = _measured(windows)
-    ks = sorted({int(w.policy.split(":", 1)[1]) for w in windows if w.policy.startswith("fixed:")})
     online = [d for w in windows if w.policy == ONLINE for d in decisions.get(w.window, ())]
     rows = []
     first = windows[0]
     for b in sorted({b for _k, b in measured}):
-        if any((k, b) not in measured for k in ks) or not ks:
+        if any((k, b) not in measured for k in ks):
             continue
         ms = [measured[(k, b)][0] for k in ks]
         tok = [measured[(k, b)][1] for k in ks]
@@ -140,7 +140,7 @@ def cell_beliefs(windows: Sequence[Window], decisions: Mapping[int, Sequence[Map
             shape.append(statistics.fmean(
                 abs(math.log(price[i] / price[held] * ms[held] / ms[i]))
                 for i in range(len(ks)) if i != held) if len(ks) > 1 else 0.0)
-            expect = _expected(d["est_accept"], max(ks))
+            expect = expected_committed(d["est_accept"][:max(ks)])
             gp = d.get("est_goodput")
             belief = ([float(gp[k]) if gp[k] is not None else -1.0 for k in ks] if gp
                       else [expect[k] / p for k, p in zip(ks, price)])
@@ -164,11 +164,11 @@ def _plain(d: Mapping[str, Any]) -> bool:
 
 
 def _switch_steps(mine: Sequence[Mapping[str, Any]], online: Sequence[Mapping[str, Any]],
-                  ks: Sequence[int], ms: Sequence[float]) -> list[float]:
+                  ks: list[int], ms: Sequence[float]) -> list[float]:
     """Each timed step of ``mine`` that drafted another K than online's step before it
-    (both plain, the same batch): its time over the fixed K's measured step.  On this host
-    such a step cost 15-30 % more than a steady one at batch 1 (it is also the only kind of
-    step a one-step probe times)."""
+    (both plain, the same batch): its time over the fixed K's measured step (on the CPU host
+    1.02-1.42 x in the servers of docs/benchmarks.md' first table, 0.90-1.31 x in the next
+    run's; a one-step probe times only such steps)."""
     prev = {int(d["step"]): d for d in online}
     out = []
     for d in mine:
@@ -176,7 +176,7 @@ def _switch_steps(mine: Sequence[Mapping[str, Any]], online: Sequence[Mapping[st
         if (p is None or d.get("_ms") is None or p.get("batch") != d.get("batch")
                 or p.get("k") == d.get("k") or not (_plain(d) and _plain(p)) or d["k"] not in ks):
             continue
-        out.append(float(d["_ms"]) / ms[list(ks).index(d["k"])])
+        out.append(float(d["_ms"]) / ms[ks.index(d["k"])])
     return out
 
 
@@ -184,16 +184,15 @@ def beliefs(windows: Sequence[Window], traces: Mapping[int, Iterable[Mapping[str
             ) -> list[BeliefRow]:
     """Every cell's rows; ``traces`` maps a server round to its decision trace's records."""
     by_server = {rnd: decisions_by_window(recs) for rnd, recs in traces.items()}
-    cells: dict[tuple, list[Window]] = collections.defaultdict(list)
-    for w in windows:
-        cells[(w.workload, w.concurrency, w.server_round)].append(w)
     out = []
-    # the cells as the paired table orders them: by workload, then concurrency (a phased
-    # cell's name after the numbers), then server
-    for key in sorted(cells, key=lambda c: (c[0], isinstance(c[1], str), str(c[1]).zfill(9), c[2])):
-        decisions = by_server.get(key[2])
-        if decisions is not None:
-            out += cell_beliefs(cells[key], decisions)
+    for cws in by_cell(windows):  # the paired table's cells, in its order
+        servers: dict[int, list[Window]] = collections.defaultdict(list)
+        for w in cws:
+            servers[w.server_round].append(w)
+        for rnd in sorted(servers):
+            decisions = by_server.get(rnd)
+            if decisions is not None:
+                out += cell_beliefs(servers[rnd], decisions)
     return out
 
 
