@@ -75,7 +75,8 @@ def test_a_file_without_paired_windows_or_unreadable_is_named(tmp_path):
 def test_beliefs_read_the_traces_next_to_the_results(tmp_path):
     """``--beliefs``: online's decisions from ``traces/paired-r1.jsonl`` against the fixed
     windows of the results file (fixed:1 30 ms a step, fixed:2 34 ms; online priced them 32
-    and 41 ms); a missing trace is one error that names it; two files are refused."""
+    and 41 ms); a missing trace, or a bad record in it, is one error that names it; two files
+    are refused."""
     windows = [Window("mixed", 1, 0, 1, 1, 1, "fixed:1", 10, 17, 300.0, 1.0, 0.3,
                       by_batch=((1, 10, 17, 300.0),)),
                Window("mixed", 1, 0, 1, 2, 1, "fixed:2", 10, 20, 340.0, 1.0, 0.3,
@@ -91,12 +92,21 @@ def test_beliefs_read_the_traces_next_to_the_results(tmp_path):
                 "est_accept": [0.75, 0.6], "est_costs": [None, 32.0, 41.0],
                 "est_goodput": [None, 0.0547, 0.0537]}
     (tmp_path / "traces").mkdir()
-    lines = [{"window": 1, "by_batch": [[1, 10, 17, 300.0]]},
-             {"window": 2, "by_batch": [[1, 10, 20, 340.0]]}, decision,
-             {"window": 3, "by_batch": [[1, 10, 17, 300.0]]}]
+    def window(n, policy, tokens, ms):
+        return {"window": n, "round": 1, "policy": policy, "steps": 10, "tokens": tokens,
+                "ms": ms, "batch": 1.0, "by_batch": [[1, 10, tokens, ms]]}
+
+    lines = [{"trace": "vspec-decisions", "version": 1, "settings": {}},
+             window(1, "fixed:1", 17, 300.0), window(2, "fixed:2", 20, 340.0), decision,
+             window(3, "online", 17, 300.0)]
     (tmp_path / "traces" / "paired-r1.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
     proc = _run(str(res), "--beliefs")
     assert proc.returncode == 0, proc.stderr
     assert "| mixed@1 | 1 | 1 | 1 | 1: 1.07, 2: 1.21 | 0.123 | 0.963 | 1.000 | 0.963 | - |" in proc.stdout
     proc = _run(str(res), str(res), "--beliefs")
     assert proc.returncode == 2 and "reads one results file" in proc.stderr
+    del decision["batch"]  # a decision without its batch: named by file, line and key
+    (tmp_path / "traces" / "paired-r1.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    proc = _run(str(res), "--beliefs")
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert f"{tmp_path / 'traces' / 'paired-r1.jsonl'}:4" in proc.stderr and "batch" in proc.stderr

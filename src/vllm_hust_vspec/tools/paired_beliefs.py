@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import json
 import math
 import pathlib
 import statistics
@@ -42,9 +41,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from vllm_hust_vspec.adaptive.estimators import expected_committed
-from vllm_hust_vspec.errors import VspecError
-
 from .bench_paired import Window, by_cell, is_fixed
+from .trace_picture import load
 
 MIN_STEPS = 5  # measured steps a fixed K needs at a batch for the batch to be compared
 ONLINE = "online"
@@ -197,20 +195,11 @@ def beliefs(windows: Sequence[Window], traces: Mapping[int, Iterable[Mapping[str
 
 
 def read_traces(results: pathlib.Path, rounds: Iterable[int]) -> dict[int, list[dict]]:
-    """The decision trace of each server round, ``traces/paired-r<round>.jsonl`` next to
-    ``results``."""
-    out = {}
-    for rnd in sorted(set(rounds)):
-        path = results.parent / "traces" / f"paired-r{rnd}.jsonl"
-        try:
-            with open(path, encoding="utf-8") as f:
-                out[rnd] = [json.loads(line) for line in f if line.strip()]
-        except OSError as exc:
-            raise VspecError(f"{path}: cannot read the paired server's decision trace "
-                             f"({exc.strerror or exc})") from exc
-        except json.JSONDecodeError as exc:
-            raise VspecError(f"{path}: line {exc.lineno}: not JSON ({exc.msg})") from exc
-    return out
+    """The records of each server round's decision trace, ``traces/paired-r<round>.jsonl``
+    next to ``results``, in the file's order (read and checked by the trace picture's
+    loader: a bad file or record is one error naming the file, line and key)."""
+    return {rnd: load(results.parent / "traces" / f"paired-r{rnd}.jsonl").records
+            for rnd in sorted(set(rounds))}
 
 
 def markdown(rows: Sequence[BeliefRow]) -> str:

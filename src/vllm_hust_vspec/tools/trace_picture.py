@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from vllm_hust_vspec import checks
+from vllm_hust_vspec.adaptive import estimators
 from vllm_hust_vspec.adaptive.trace import TRACE_NAME, is_decision, is_result
 from vllm_hust_vspec.errors import VspecError
 
@@ -46,11 +47,13 @@ class Trace:
     drafter: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # K = 0 skips
     # the paired comparison's windows (--adaptive-compare, runtime/rotation.py)
     windows: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    # every record above in the file's order (a window's decisions come before its record)
+    records: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
 
 def load(path: str | pathlib.Path) -> Trace:
     path = pathlib.Path(path)
-    headers, decisions, results, drafter, windows = [], [], [], [], []
+    headers, decisions, results, drafter, windows, records = [], [], [], [], [], []
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except OSError as exc:
@@ -83,9 +86,10 @@ def load(path: str | pathlib.Path) -> Trace:
         else:
             raise TracePictureError(f"{path}:{n}", None, "neither a header, a decision, a "
                                     "result, a drafter nor a window record")
+        records.append(rec)
     if not headers:
         raise TracePictureError(str(path), None, f"no {TRACE_NAME!r} header: not a decision trace")
-    return Trace(path, headers, decisions, results, drafter, windows)
+    return Trace(path, headers, decisions, results, drafter, windows, records)
 
 
 # The fields the summary and the picture read, per record kind: (key, kind, required).
@@ -144,11 +148,7 @@ def _checked(rec: dict[str, Any], where: str, fields: Sequence[tuple[str, str, b
 
 def expected_committed(est_accept: Sequence[float], k: int) -> float:
     """1 + sum over positions j <= k of the probability that drafts 1..j all survive."""
-    total, survive = 1.0, 1.0
-    for a in list(est_accept)[:k]:
-        survive *= a
-        total += survive
-    return total
+    return estimators.expected_committed(list(est_accept)[:k])[-1]
 
 
 def _k_range(d: dict[str, Any]) -> tuple[int, int]:
