@@ -370,6 +370,70 @@ def test_seeded_step_times_price_k_but_are_no_evidence_and_a_served_step_replace
     assert m.n_seeded == 15 and m.n == 17
 
 
+def _drift_then_hold(speed_drift: float, seed: int = 3) -> StepCostModel:
+    """K = 1 and K = 2 at batch 4 served side by side while the machine ran 30 % slow
+    (100 steps each), then K = 1 alone while the machine sped up to full speed over 200
+    steps and stayed there for 100; step times 5 % noisy."""
+    rng = np.random.default_rng(seed)
+    m = StepCostModel(speed_drift=speed_drift)
+    for _ in range(100):
+        for k in (1, 2):
+            t = 4 * (1 + k)
+            m.add(4, t, k, 1.3 * _roofline(4, t, k) * math.exp(rng.normal(0.0, 0.05)))
+    for i in range(300):
+        slow = 1.3 ** max(0.0, 1.0 - i / 200)
+        m.add(4, 8, 1, slow * _roofline(4, 8, 1) * math.exp(rng.normal(0.0, 0.05)))
+    return m
+
+
+def test_a_k_not_served_for_a_while_is_priced_at_todays_speed():
+    """The machine's speed drifts the same for every K: K = 2, last served in slow minutes,
+    is priced at today's speed like the held K = 1, so the ratio of their prices is the one
+    measured side by side (within 5 %); without the speed factor (``speed_drift=0``) K = 2
+    keeps the slow minutes' price and looks 15 % or more dearer against K = 1 than it is."""
+    from vllm_hust_vspec.adaptive.estimators import SPEED_DRIFT
+
+    truth = _roofline(4, 12, 2) / _roofline(4, 8, 1)
+    for seed in range(4):
+        m = _drift_then_hold(SPEED_DRIFT, seed)
+        p1, p2 = m.predict_uniform(4, (1, 2))
+        assert p2 / p1 == pytest.approx(truth, rel=0.05)
+        assert p1 == pytest.approx(_roofline(4, 8, 1), rel=0.05)  # today's price of the held K
+        assert m.speed == pytest.approx(1 / 1.3, rel=0.1)
+        q1, q2 = _drift_then_hold(0.0, seed).predict_uniform(4, (1, 2))
+        assert q2 / q1 > 1.15 * truth
+
+
+def test_the_speed_factor_follows_drift_not_noise_nor_a_catch_up():
+    """Without drift the speed factor stays within 10 % of 1 at the CPU host's step noise
+    (5 %), and its gain falls with the noise (30 %: a fifth of it); a step added with
+    ``track=False`` (a resume whose time holds the drafter's catch-up) does not move it; a
+    10x outlier moves it by at most the clamp."""
+    from vllm_hust_vspec.adaptive.estimators import SPEED_STEP_MAX
+
+    gains = {}
+    for noise in (0.05, 0.3):
+        rng = np.random.default_rng(7)
+        m = StepCostModel()
+        speeds = []
+        for _ in range(600):
+            for k in (0, 2):
+                t = 8 * (1 + k)
+                m.add(8, t, k, _roofline(8, t, k) * math.exp(rng.normal(0.0, noise)))
+                speeds.append(m.speed)
+        gains[noise] = m._speed_gain
+        if noise == 0.05:
+            assert max(abs(math.log(x)) for x in speeds[100:]) < 0.1
+    assert gains[0.3] < 0.25 * gains[0.05]
+    before = m.speed
+    m.add(8, 24, 2, 50 * _roofline(8, 24, 2), track=False)
+    assert m.speed == before
+    m.add(8, 8, 0, 10 * _roofline(8, 8, 0))
+    assert 1.0 < m.speed / before <= math.exp(gains[0.3] * SPEED_STEP_MAX) + 1e-12
+    with pytest.raises(ValueError, match="speed_drift"):
+        StepCostModel(speed_drift=1.0)
+
+
 def test_cost_model_learns_draft_min_steps():
     m = StepCostModel()
     m.draft_min_steps = 1

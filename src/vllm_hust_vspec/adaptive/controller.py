@@ -342,7 +342,7 @@ class Controller:
             elif k_drafted == 0 and not self._draft_min_known:
                 self.cost.draft_min_steps = d
                 self._draft_min_known = True
-            self.cost.add(b, b + dsum, d, ms)
+            self.cost.add(b, b + dsum, d, ms, track=result.catch_up is None)
             self.timed_ms += ms
             self.timed_committed += n + asum
         self.steps += 1

@@ -412,6 +412,21 @@ def _fit_grid(
     return best
 
 
+SPEED_DRIFT = 0.006  # sd of the machine speed's log change from one served step to the next
+SPEED_STEP_MAX = 0.3  # a step's log ratio to its cell's price counts up to this (outliers)
+TRACKED_CELL_WEIGHT = 0.01  # a cell mean's least EWMA weight while the speed is tracked
+SPEED_GAIN_EVERY = 32  # samples between two updates of the speed factor's gain (its noise)
+
+
+def _level_gain(drift: float, noise: float) -> float:
+    """The steady-state Kalman gain of a random walk of step ``drift`` seen through noise of
+    sd ``noise`` (both relative): how far one step moves the speed factor."""
+    if drift <= 0.0:
+        return 0.0
+    q = (drift / max(noise, 1e-6)) ** 2
+    return min(0.5, (math.sqrt(q * q + 4.0 * q) - q) / 2.0)
+
+
 SUPPORT_SPAN = 2.0  # batch sizes within this factor count as evidence for each other
 DEFAULT_NOISE = 0.1  # relative step-time spread assumed before any cell has two samples
 
@@ -446,9 +461,13 @@ class StepCostModel:
         cell_weight: float = 0.1,
         max_cells: int = 512,
         cell_prior: float = 2.0,
+        speed_drift: float = SPEED_DRIFT,
+        tracked_cell_weight: float = TRACKED_CELL_WEIGHT,
     ) -> None:
         if window < 4:
             raise ValueError(f"cost window must be >= 4, got {window}")
+        if not 0.0 <= speed_drift < 1.0:
+            raise ValueError(f"cost speed_drift must be in [0, 1), got {speed_drift}")
         self.window = window
         self.refit_every = max(1, refit_every)
         self.min_samples = min_samples
@@ -457,6 +476,14 @@ class StepCostModel:
         self.cell_weight = cell_weight
         self.max_cells = max_cells
         self.cell_prior = cell_prior
+        self.speed_drift = speed_drift
+        # the machine's speed now against the speed the cells' means are in (see add()):
+        # every price is the cells' model times it
+        self.speed = 1.0
+        self._speed_gain = _level_gain(speed_drift, DEFAULT_NOISE)
+        # a cell's mean follows its steps by at least this weight: with the speed tracked,
+        # only what is the cell's own (slowly)
+        self._floor = tracked_cell_weight if speed_drift > 0.0 else cell_weight
         # cells: key -> row; parallel lists (cheap scalar updates, one np.array per fit)
         self._cells: dict[tuple[int, int, int], int] = {}
         self._kb: list[float] = []
@@ -480,9 +507,41 @@ class StepCostModel:
         self.draft_min_steps = 0  # drafter passes at K = 0, learnt from observations
 
     # -- data
-    def add(self, batch: int, verify_tokens: int, draft_steps: int, ms: float) -> None:
-        """One served step's time."""
-        self._add(batch, verify_tokens, draft_steps, ms, seeded=False)
+    def add(self, batch: int, verify_tokens: int, draft_steps: int, ms: float,
+            track: bool = True) -> None:
+        """One served step's time (``track``: it may move the speed factor; False for a
+        step whose time holds more than its K's price, the drafter's catch-up of a resume).
+
+        The machine's speed drifts while serving, the same for every K: on the CPU host a
+        fixed K's step at one batch drifted by 8-15 % (sd) over a paired run against 3.5-5 %
+        from one step to the next.  A step in a cell served twice or more measures that
+        drift: :attr:`speed` (what every price is, over the cells' stored means) moves by
+        a Kalman gain of its log ratio to the cell's price (a random walk of ``speed_drift``
+        a step seen through the cells' own noise, :meth:`noise`: 0.12 at 4.5 % noise, 0.02 at
+        30 %), and the step is stored divided by the speed before it.  A cell's mean then
+        follows its steps by at least ``tracked_cell_weight`` (0.01), not ``cell_weight``
+        (0.1): the speed takes the drift and the cells keep their levels relative to each
+        other.  So a K not served for minutes is priced at today's speed, as the held K is,
+        instead of at the speed of the minutes it was last served in.  Why: in a paired run
+        on the CPU host online held K = 1 at batch 4 for 207 decisions with K = 2 priced at
+        56 ms, its mean from minutes before, while K = 2 steps took 45-55 ms there (K = 1
+        priced 39-42 against 38-45): K = 2 was 7 % faster.  Replayed through the online
+        windows of the two paired servers of ``docs/results/paired-16rounds-avx2-
+        2026-12-06.json``, the error of the K-to-K price ratios fell from 10.3 % to 7.7 % and
+        the goodput of the K the prices would pick with the measured tokens per step rose
+        from 0.960 to 0.971 of the best fixed K."""
+        if not (ms >= 0.0) or not math.isfinite(ms):
+            raise ValueError(f"step time must be a finite non-negative number, got {ms!r}")
+        speed = self.speed
+        i = self._cells.get((batch, verify_tokens, draft_steps))
+        if (track and self.speed_drift > 0.0 and i is not None and not self._seeded[i]
+                and self._cnt[i] >= 2.0 and self._ms[i] > 0.0 and ms > 0.0):
+            r = math.log(ms / (speed * self._ms[i]))
+            r = -SPEED_STEP_MAX if r < -SPEED_STEP_MAX else min(r, SPEED_STEP_MAX)
+            self.speed = speed * math.exp(self._speed_gain * r)
+        self._add(batch, verify_tokens, draft_steps, ms / speed, seeded=False)
+        if self.speed_drift > 0.0 and not self.n % SPEED_GAIN_EVERY:
+            self._speed_gain = _level_gain(self.speed_drift, self.noise())
 
     def seed(self, batch: int, verify_tokens: int, draft_steps: int, ms: float) -> None:
         """One step time measured before serving (the start-up cost probe): it prices K
@@ -527,8 +586,8 @@ class StepCostModel:
         else:
             n = self._cnt[i] + 1.0
             w = 1.0 / n
-            if w < self.cell_weight:
-                w = self.cell_weight
+            if w < self._floor:
+                w = self._floor
             mean = self._ms[i]
             dev = (ms - mean) / mean if mean > 0 else 0.0
             var = self._var[i]
@@ -699,8 +758,8 @@ class StepCostModel:
         self._maybe_fit()
         if not self.fitted:
             return None
-        return self._corrected(batch, verify_tokens, draft_steps,
-                               self._roofline(batch, verify_tokens, draft_steps))
+        return self.speed * self._corrected(batch, verify_tokens, draft_steps,
+                                            self._roofline(batch, verify_tokens, draft_steps))
 
     def predict_grid(
         self, batch: int, verify_tokens: np.ndarray | Sequence[int], draft_passes: np.ndarray | Sequence[int]
@@ -712,17 +771,20 @@ class StepCostModel:
         if not self.ensure_fitted():
             return None
         c0, ct, cp, cd = self.coef
+        s = self.speed
         t0, b0 = self.knees
         unit = cp + cd * (batch if batch > b0 else b0)  # one drafter pass at this batch
-        # ct * max(T, T0) + (c0 + D * unit)
+        # speed * (ct * max(T, T0) + (c0 + D * unit))
         if isinstance(verify_tokens, list) and isinstance(draft_passes, list):
-            return np.array([ct * (t if t > t0 else t0) + (c0 + d * unit)
+            return np.array([s * (ct * (t if t > t0 else t0) + (c0 + d * unit))
                              for t, d in zip(verify_tokens, draft_passes)])
         draft = np.multiply(draft_passes, unit)
         draft += c0
         ms = np.maximum(verify_tokens, t0)
         ms *= ct
-        return ms + draft
+        ms += draft
+        ms *= s
+        return ms
 
     def support(self, batch: int, ks: Sequence[int]) -> list[float]:
         """How much recent evidence prices each K near this batch size: the summed fit
@@ -756,7 +818,8 @@ class StepCostModel:
         for k in ks:
             t = batch * (1 + k)
             d = k if k > dmin else dmin
-            out.append(self._corrected(batch, t, d, c0 + ct * (t if t > t0 else t0) + d * draft_unit))
+            out.append(self.speed * self._corrected(batch, t, d,
+                                                    c0 + ct * (t if t > t0 else t0) + d * draft_unit))
         return out
 
     def noise(self) -> float:
