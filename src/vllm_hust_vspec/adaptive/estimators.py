@@ -527,9 +527,9 @@ class StepCostModel:
         56 ms, its mean from minutes before, while K = 2 steps took 45-55 ms there (K = 1
         priced 39-42 against 38-45): K = 2 was 7 % faster.  Replayed through the online
         windows of the two paired servers of ``docs/results/paired-16rounds-avx2-
-        2026-12-06.json``, the error of the K-to-K price ratios fell from 10.3 % to 7.7 % and
+        2026-12-06.json``, the error of the K-to-K price ratios fell from 10.3 % to 7.1 % and
         the goodput of the K the prices would pick with the measured tokens per step rose
-        from 0.960 to 0.971 of the best fixed K."""
+        from 0.960 to 0.972 of the best fixed K."""
         if not (ms >= 0.0) or not math.isfinite(ms):
             raise ValueError(f"step time must be a finite non-negative number, got {ms!r}")
         speed = self.speed
