@@ -718,14 +718,15 @@ class StepCostModel:
         return factor
 
     def _corrected(self, batch: int, t: int, d: int, model: float) -> float:
-        """Blend the model with the cell's own recent mean where the cell has data; a cell
-        without data is priced ``model * batch_factor``."""
+        """The price of a step: the model blended with the cell's own recent mean where the
+        cell has data (a cell without data is priced ``model * batch_factor``), at today's
+        :attr:`speed`."""
         i = self._cells.get((batch, t, d))
         if i is None or self._seeded[i]:
             model *= self.batch_factor(batch)
         if i is None:
-            return model
-        return model + (self._ms[i] - model) * self._cell_share(i)
+            return self.speed * model
+        return self.speed * (model + (self._ms[i] - model) * self._cell_share(i))
 
     def cell_samples(self, batch: int, ks: Sequence[int]) -> list[float]:
         """The served samples (count capped at ``cell_cap``, aged) behind the price of each
@@ -758,8 +759,8 @@ class StepCostModel:
         self._maybe_fit()
         if not self.fitted:
             return None
-        return self.speed * self._corrected(batch, verify_tokens, draft_steps,
-                                            self._roofline(batch, verify_tokens, draft_steps))
+        return self._corrected(batch, verify_tokens, draft_steps,
+                               self._roofline(batch, verify_tokens, draft_steps))
 
     def predict_grid(
         self, batch: int, verify_tokens: np.ndarray | Sequence[int], draft_passes: np.ndarray | Sequence[int]
@@ -818,8 +819,7 @@ class StepCostModel:
         for k in ks:
             t = batch * (1 + k)
             d = k if k > dmin else dmin
-            out.append(self.speed * self._corrected(batch, t, d,
-                                                    c0 + ct * (t if t > t0 else t0) + d * draft_unit))
+            out.append(self._corrected(batch, t, d, c0 + ct * (t if t > t0 else t0) + d * draft_unit))
         return out
 
     def noise(self) -> float:
