@@ -16,6 +16,7 @@ from vllm_hust_vspec.adaptive.estimators import (
     position_counts_arrays,
 )
 from vllm_hust_vspec.adaptive.observations import RequestResult
+from vllm_hust_vspec.adaptive.policies.base import PolicyContext, goodput_table
 
 pytestmark = pytest.mark.unit
 
@@ -300,6 +301,54 @@ def test_the_fit_is_the_least_squares_over_every_coefficient_subset():
     k3 = m.predict_uniform(14, [3])[0]
     assert 100.0 < k3 < 135.0, k3
     assert m.predict_uniform(16, [0])[0] == pytest.approx(51.3, rel=0.05)
+
+
+# 13 served steps at batch 1, K = 1..4 and none at K = 0, their times near proportional to
+# K: (K, ms), drawn from ms = (8 + 10 (1 + K) + 70 K) * lognormal(0, 0.1)
+_DRAFTER_HEAVY_STEPS = [(3, 279.0), (2, 183.4), (1, 98.7), (3, 282.4), (4, 361.7), (2, 176.4),
+                        (4, 439.7), (3, 268.7), (3, 277.7), (2, 171.4), (2, 170.5), (3, 238.6),
+                        (3, 252.7)]
+
+
+def test_no_fit_prices_a_step_that_drafts_nothing_at_zero():
+    """Every step runs the target, so every model the fit may take keeps a target term
+    (bias or c_t).  Why: in an online server of a ``bench ab`` run 13 served steps fitted
+    the drafter's terms alone (bias 0, c_t 0) and priced K = 0 at 0 ms, its goodput
+    infinite: online switched to K = 0 claiming +inf %, and the run's trace was refused.
+    These steps fitted so before (K = 0 priced 0.0, the rest 93-378 ms)."""
+    m = StepCostModel()
+    m.draft_min_steps = 0
+    for k, ms in _DRAFTER_HEAVY_STEPS:
+        m.add(1, 1 + k, k, ms)
+    prices = m.predict_uniform(1, [0, 1, 2, 3, 4])
+    bias, c_t, _, _ = m.coef
+    assert bias > 0.0 or c_t > 0.0, m.coef
+    assert prices[0] > 5.0, prices
+    assert prices == sorted(prices), prices
+
+
+def test_a_price_of_no_positive_time_gives_no_goodput_table():
+    """A cost model that prices a step at 0 ms (or not at all) must not make its K's goodput
+    +inf: :func:`goodput_table` gives None, as while the model has too few samples, and the
+    online policy holds its K.  (A pure-Python cost model stands in for a broken one.)"""
+    class Prices:
+        draft_min_steps = 0
+
+        def __init__(self, prices):
+            self.prices = prices
+
+        def predict_uniform(self, batch, ks):
+            return [self.prices[k] for k in ks]
+
+    def ctx(prices):
+        return PolicyContext(kmax=2, min_gamma=0, acceptance=AcceptanceEstimator(2),
+                             cost=Prices(prices), confidence_map=ConfidenceMap(),
+                             rng=np.random.default_rng(0))
+
+    gp, costs = goodput_table(ctx([10.0, 15.0, 20.0]), 2, [0, 1, 2])
+    assert costs == [10.0, 15.0, 20.0] and gp[0] == pytest.approx(0.2)
+    for bad in (0.0, -1.0, math.inf, math.nan):
+        assert goodput_table(ctx([bad, 15.0, 20.0]), 2, [0, 1, 2]) is None
 
 
 def test_cost_model_knows_its_own_error():

@@ -134,19 +134,31 @@ class _Tree:
 def run(executable: str, argv: Sequence[str], env: Mapping[str, str]) -> int:
     """Start the server (``argv[0]`` as its name), supervise it, return its exit status."""
     url = health_url(argv)
-    child = subprocess.Popen([executable, *argv[1:]], executable=executable, env=dict(env),
-                             preexec_fn=_die_with_parent)
     stop: dict[str, Any] = {"signum": None, "at": 0.0, "starting": False, "stage": 0,
-                            "alone_since": None}
+                            "alone_since": None, "pid": None}
 
     def on_signal(signum: int, _frame: Any) -> None:
         if stop["signum"] is None:  # the loop below passes it on to the rest of the tree
             stop.update(signum=signum, at=time.monotonic(), starting=not answers(url))
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(child.pid, signum)
+        if stop["pid"] is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(stop["pid"], signum)
 
-    # the handlers first (the child starts in tens of ms; psutil's import can take longer)
+    # the handlers before the child: a stop that comes as soon as the server prints (a
+    # loaded machine may not run the launcher again for a while after the fork) must not
+    # end the launcher by the default action and leave the server behind
     previous = {s: signal.signal(s, on_signal) for s in STOP_SIGNALS}
+    try:
+        child = subprocess.Popen([executable, *argv[1:]], executable=executable, env=dict(env),
+                                 preexec_fn=_die_with_parent)
+    except BaseException:
+        for s, h in previous.items():
+            signal.signal(s, h)
+        raise
+    stop["pid"] = child.pid
+    if stop["signum"] is not None:  # stopped while it was being started
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child.pid, stop["signum"])
     tree = _Tree(child.pid)
     try:
         while True:

@@ -15,6 +15,8 @@ Contract for implementations (also the sim helper's ``budget`` and ``profile``):
 
 from __future__ import annotations
 
+import math
+
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -103,10 +105,12 @@ def goodput_table(
     ctx: PolicyContext, batch_size: int, ks: Sequence[int]
 ) -> tuple[list[float], list[float]] | None:
     """Expected committed tokens per ms for each K in ``ks`` (batch-uniform K), and the
-    predicted step costs; None while the cost model has too few samples."""
+    predicted step costs; None while the cost model has too few samples, or prices a step
+    at no positive finite time (no step is free: a goodput of +inf would win every
+    comparison, as it did once when a fit priced K = 0 at 0 ms)."""
     costs = ctx.cost.predict_uniform(batch_size, ks)
-    if costs is None:
+    if costs is None or not all(c > 0.0 and math.isfinite(c) for c in costs):
         return None
     expected = ctx.acceptance.expected_committed()
-    gp = [batch_size * expected[k] / c if c > 0 else float("inf") for k, c in zip(ks, costs)]
+    gp = [batch_size * expected[k] / c for k, c in zip(ks, costs)]
     return gp, costs
