@@ -241,8 +241,9 @@ def test_a_k_whose_own_cell_was_never_served_is_priced_with_its_batchs_factor():
     costs, 14 % below the roofline's extrapolation.  K = 2 and K = 3 at batch 1, whose own
     cells were never served, are priced at the roofline times the batch-1 cells' factor
     (their weighted geometric mean ratio to the roofline, shrunk toward 1: 16 samples
-    against a prior of 2): less than half as far from the truth as the roofline alone
-    (measured 7 and 12 % against 24 and 29 %).  A served cell keeps its own price, and a
+    against a prior of 2) and the parts of their T and D seen at batch 1
+    (:meth:`StepCostModel.residual`; none for K = 3): less than half as far from the truth
+    as the roofline alone.  A served cell keeps its own price, and a
     batch without cells has factor 1."""
     def truth(b, t, d):
         return (20.0 + 1.0 * max(t, 8) + d * (4.0 + 0.5 * b)) * (0.7 if b == 1 else 1.0)
@@ -265,9 +266,13 @@ def test_a_k_whose_own_cell_was_never_served_is_priced_with_its_batchs_factor():
     assert m.batch_factor(7) == 1.0
     pred = m.predict_uniform(1, [1, 2, 3])
     assert pred[0] == pytest.approx(truth(1, 2, 1), rel=0.05)  # served: its own mean
+    level, part_t, part_d = m.residual(1)
+    assert math.exp(level) == pytest.approx(factor)
+    assert set(part_t) == {2.0} and set(part_d) == {1.0, 2.0}
     for k, price in zip((2, 3), pred[1:]):
         real = truth(1, 1 + k, k)
-        assert price == pytest.approx(roof(1, 1 + k, k) * factor)
+        parts = part_t.get(1.0 + k, 0.0) + part_d.get(float(k), 0.0)  # K = 3: none seen
+        assert price == pytest.approx(roof(1, 1 + k, k) * factor * math.exp(parts))
         assert abs(price / real - 1) < 0.5 * abs(roof(1, 1 + k, k) / real - 1), (k, price)
     assert m.predict(1, 4, 3) == pytest.approx(pred[2])
 
@@ -584,3 +589,30 @@ def test_the_map_starts_at_the_confidence_and_learns_what_is_accepted():
         ok = rng.random(4) < 0.45
         cal.update_arrays(np.full((4, 1), 0.85), np.ones(4, dtype=int), ok.astype(int))
     assert float(np.exp(cal.log_map(conf))[0, 0]) == pytest.approx(0.45, abs=0.08)
+
+
+
+def test_a_ks_own_cell_is_priced_from_the_mixed_cells_its_steps_landed_in():
+    """Held K = 4 at batch 1 with K = 3 tried a step at a time: the try times (T 5, D 3) and
+    the return (T 4, D 4), never K = 3's own cell (T 4, D 3).  A drafter pass costs 1 ms at
+    batch 1 and 6 + 0.5 B ms from batch 4 on, a jump the roofline cannot follow: the
+    batch's level alone (the price before :meth:`StepCostModel.residual`'s parts) is more
+    than 5 % off K = 3's cost; with the parts of T = 4 and D = 3, measured in the mixed
+    cells, it is less than half as far off."""
+    def truth(b, t, d):
+        return 10.0 + 1.0 * t + d * (1.0 if b == 1 else 6.0 + 0.5 * b)
+
+    m = StepCostModel()
+    for i in range(400):  # batch 16 and 4 at K = 1..4
+        b, k = (16, 4)[i % 2], 1 + (i // 2) % 4
+        m.add(b, b * (1 + k), k, truth(b, b * (1 + k), k))
+    for _ in range(4):
+        for _ in range(8):  # held K = 4
+            m.add(1, 5, 4, truth(1, 5, 4))
+        m.add(1, 5, 3, truth(1, 5, 3))  # a step of K = 3: verifies K = 4's drafts
+        m.add(1, 4, 4, truth(1, 4, 4))  # back at K = 4: verifies K = 3's drafts
+    k3 = m.predict_uniform(1, [3])[0]
+    level_only = m._roofline(1, 4, 3) * m.batch_factor(1) * m.speed
+    real = truth(1, 4, 3)
+    assert abs(level_only / real - 1) > 0.05, level_only
+    assert abs(k3 / real - 1) < 0.5 * abs(level_only / real - 1), (k3, level_only, real)
