@@ -1,0 +1,108 @@
+#!/usr/bin/env python
+"""Replay online's timed steps of paired-comparison traces through today's step-cost model
+and judge its prices against the fixed Ks measured in the same server.
+
+For every online decision at a batch where each fixed K = 0..Kmax has three steady steps or
+more (the step before drafted the same K) in the trace, the model (fed online's own steps
+before it, as the controller's was) prices K = 0..Kmax for a uniform batch; against the
+fixed Ks' median step ms at that batch it reports the K-to-K price error (the RMS of log
+price - log measured, centred over the Ks) and the goodput of the K the prices would pick
+with the measured tokens per step, over the best fixed K's. Compare two versions of the
+model by running this under each (PYTHONPATH)::
+
+    python scripts/replay_paired_prices.py OUT/traces/paired-r1.jsonl [...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import math
+import statistics
+import sys
+
+from vllm_hust_vspec import methods
+from vllm_hust_vspec.adaptive.estimators import StepCostModel
+
+MIN_STEPS = 3  # steady steps a fixed K needs at a batch to judge a price there
+
+
+def replay(path: str) -> tuple[list[float], list[float]]:
+    """(price errors, picked goodput / best) per judged online decision of one trace."""
+    with open(path, encoding="utf-8") as fh:
+        recs = [json.loads(line) for line in fh if line.strip()]
+    head = next((r for r in recs if r.get("trace")), None)
+    if head is None:
+        raise SystemExit(f"{path}: no trace header")
+    method = (head.get("host") or {}).get("method")
+    skip = (head.get("settings") or {}).get("adaptive_k0_drafter", "skip") == "skip"
+    dec: dict[int, dict] = {}
+    res: dict[int, dict] = {}
+    order: list[int] = []
+    for r in recs:
+        if {"policy", "k", "batch", "step"} <= r.keys():
+            dec[int(r["step"])] = r
+            order.append(int(r["step"]))
+        elif {"drafted", "accepted", "step"} <= r.keys():
+            res[int(r["step"])] = r
+    ks = sorted({int(d["k"]) for d in dec.values() if str(d["policy"]).startswith("fixed")})
+    steady: dict[tuple[int, int], dict[str, list[float]]] = collections.defaultdict(
+        lambda: {"ms": [], "tok": []})
+    prev = None
+    for s in order:
+        d, r = dec[s], res.get(s)
+        if (r is not None and r.get("ms") and str(d["policy"]).startswith("fixed")
+                and prev is not None and prev["policy"] == d["policy"]):
+            cell = steady[(int(d["batch"]), int(d["k"]))]
+            cell["ms"].append(float(r["ms"]))
+            cell["tok"].append(int(r["accepted"]) + int(d["batch"]))
+        prev = d
+    model = StepCostModel()
+    model.draft_min_steps = methods.draft_forwards(method, 0, skip) if method else 0
+    errors: list[float] = []
+    picks: list[float] = []
+    for s in order:
+        d, r = dec[s], res.get(s)
+        if d["policy"] != "online" or r is None or not r.get("ms") or int(d["batch"]) <= 0:
+            continue
+        b, k = int(d["batch"]), int(d["k"])
+        cells = [steady.get((b, kk)) for kk in ks]
+        if ks and model.ready and all(c and len(c["ms"]) >= MIN_STEPS for c in cells):
+            pred = model.predict_uniform(b, ks)
+            if pred and all(p > 0 for p in pred):
+                ms = [statistics.median(c["ms"]) for c in cells]
+                tok = [statistics.fmean(c["tok"]) for c in cells]
+                logs = [math.log(p / m) for p, m in zip(pred, ms)]
+                mu = statistics.fmean(logs)
+                errors.append(math.sqrt(statistics.fmean((x - mu) ** 2 for x in logs)))
+                measured = [t / m for t, m in zip(tok, ms)]
+                pick = max(range(len(ks)), key=lambda i: tok[i] / pred[i])
+                picks.append(measured[pick] / max(measured))
+        passes = methods.draft_forwards(method, k, skip) if method else k
+        model.add(b, b + int(r["drafted"]), passes, float(r["ms"]),
+                  track=d.get("catch_up") is None)
+    return errors, picks
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("traces", nargs="+", help="decision traces of paired servers (JSONL)")
+    args = parser.parse_args(argv)
+    every_e: list[float] = []
+    every_p: list[float] = []
+    for path in args.traces:
+        e, p = replay(path)
+        every_e += e
+        every_p += p
+        print(f"{path}: {len(e)} decisions judged" + (
+            f", K-to-K price error {statistics.fmean(e):.2%}, picked K's goodput / best fixed "
+            f"{statistics.fmean(p):.4f}" if e else ""))
+    if len(args.traces) > 1 and every_e:
+        print(f"all: {len(every_e)} decisions, K-to-K price error {statistics.fmean(every_e):.2%}, "
+              f"picked K's goodput / best fixed {statistics.fmean(every_p):.4f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,62 @@
+"""``scripts/replay_paired_prices.py`` on a paired trace written here: fixed K = 0..2 and
+online (trying K = 0..2 in turn) take turns at batch 2, step times from a known roofline."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import pathlib
+import sys
+
+import pytest
+
+from vllm_hust_vspec.adaptive.trace import TRACE_NAME
+
+pytestmark = pytest.mark.unit
+
+_SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "scripts" / "replay_paired_prices.py"
+_spec = importlib.util.spec_from_file_location("replay_paired_prices", _SCRIPT)
+replay_paired_prices = importlib.util.module_from_spec(_spec)
+sys.modules.setdefault("replay_paired_prices", replay_paired_prices)
+_spec.loader.exec_module(replay_paired_prices)
+
+B = 2
+# K = 1 commits the most tokens a millisecond: 2, 4 and 5 tokens a step in 20, 31 and 42 ms
+TOKENS = {0: 0.0, 1: 1.0, 2: 1.5}  # accepted per request
+
+
+def ms(k: int) -> float:
+    return 10.0 + 5.0 * B * (1 + k) + 0.5 * k * B
+
+
+def _trace(path: pathlib.Path) -> None:
+    recs = [{"trace": TRACE_NAME, "host": {"method": "draft_model"}, "settings": {}}]
+    step = 0
+    for _round in range(4):
+        for policy in ("fixed:0", "fixed:1", "fixed:2", "online"):
+            for _ in range(6):
+                k = int(policy.split(":")[1]) if policy != "online" else step % 3
+                recs.append({"step": step, "k": k, "batch": B, "policy": policy})
+                recs.append({"step": step, "drafted": k * B, "accepted": int(TOKENS[k] * B),
+                             "ms": ms(k)})
+                step += 1
+    path.write_text("\n".join(json.dumps(r) for r in recs) + "\n")
+
+
+def test_prices_from_the_same_roofline_pick_the_best_fixed_k(tmp_path, capsys):
+    path = tmp_path / "paired.jsonl"
+    _trace(path)
+    errors, picks = replay_paired_prices.replay(str(path))
+    assert len(errors) == len(picks) > 0
+    assert max(errors) < 0.01  # the model learnt the roofline the steps came from
+    assert min(picks) == pytest.approx(1.0)  # K = 1, the best fixed
+    assert replay_paired_prices.main([str(path), str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "all: " in out and "picked K's goodput / best fixed 1.0000" in out
+
+
+def test_a_trace_without_a_header_is_refused(tmp_path):
+    path = tmp_path / "t.jsonl"
+    path.write_text(json.dumps({"step": 0, "k": 1, "batch": 1, "policy": "online"}) + "\n")
+    with pytest.raises(SystemExit, match="no trace header"):
+        replay_paired_prices.replay(str(path))
