@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import fcntl
+import importlib.util
 import json
 import os
 import pathlib
 import socket
+import sys
 import tempfile
 
 import pytest
@@ -82,6 +84,18 @@ def fixtures_dir() -> pathlib.Path:
 @pytest.fixture(scope="session")
 def repo_root() -> pathlib.Path:
     return REPO
+
+
+def load_script(name: str):
+    """``scripts/NAME.py`` as a module, loaded once and registered in ``sys.modules`` (its
+    dataclasses look their module up there)."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def free_port() -> int:

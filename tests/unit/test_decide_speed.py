@@ -9,7 +9,6 @@ and gives a positive figure, and the drafting regime really drafts with per-requ
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import pathlib
 import subprocess
@@ -17,6 +16,7 @@ import sys
 
 import numpy as np
 import pytest
+from conftest import load_script
 
 from vllm_hust_vspec.adaptive.policies import registry
 from vllm_hust_vspec.names import STOP_MODES
@@ -24,10 +24,7 @@ from vllm_hust_vspec.names import STOP_MODES
 pytestmark = pytest.mark.unit
 
 SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "scripts" / "bench_decide.py"
-_spec = importlib.util.spec_from_file_location("bench_decide", SCRIPT)
-bench = importlib.util.module_from_spec(_spec)
-sys.modules["bench_decide"] = bench  # dataclasses look their module up
-_spec.loader.exec_module(bench)
+bench = load_script("bench_decide")
 
 
 @pytest.fixture(scope="module")

@@ -8,21 +8,18 @@ the oracle beats the best fixed K by >= 10%, ``online`` captures >= 70% of that 
 
 from __future__ import annotations
 
-import importlib.util
 import pathlib
 import sys
 
 import pytest
+from conftest import load_script
 
 from vllm_hust_vspec.adaptive.generators import KINDS
 
 pytestmark = pytest.mark.unit
 
 _SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "scripts" / "sim_table.py"
-_spec = importlib.util.spec_from_file_location("sim_table", _SCRIPT)
-sim_table = importlib.util.module_from_spec(_spec)
-sys.modules.setdefault("sim_table", sim_table)
-_spec.loader.exec_module(sim_table)
+sim_table = load_script("sim_table")
 
 SEEDS = (0, 1, 2)
 

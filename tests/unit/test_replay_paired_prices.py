@@ -3,22 +3,17 @@ online (trying K = 0..2 in turn) take turns at batch 2, step times from a known 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import pathlib
-import sys
 
 import pytest
+from conftest import load_script
 
 from vllm_hust_vspec.adaptive.trace import TRACE_NAME
 
 pytestmark = pytest.mark.unit
 
-_SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "scripts" / "replay_paired_prices.py"
-_spec = importlib.util.spec_from_file_location("replay_paired_prices", _SCRIPT)
-replay_paired_prices = importlib.util.module_from_spec(_spec)
-sys.modules.setdefault("replay_paired_prices", replay_paired_prices)
-_spec.loader.exec_module(replay_paired_prices)
+replay_paired_prices = load_script("replay_paired_prices")
 
 B = 2
 # K = 1 commits the most tokens a millisecond: 2, 4 and 5 tokens a step in 20, 31 and 42 ms

@@ -6,17 +6,16 @@ The translation is tested on `pip config list` texts; the command line on the ch
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import pathlib
 import subprocess
 import sys
 
+from conftest import load_script
+
 REPO = pathlib.Path(__file__).resolve().parents[2]
 _SCRIPT = REPO / "scripts" / "uv_install.py"
-_spec = importlib.util.spec_from_file_location("uv_install", _SCRIPT)
-uv_install = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(uv_install)
+uv_install = load_script("uv_install")
 
 THIS_MACHINE = """\
 :env:.cert='/etc/ssl/certs/ca-certificates.crt'
