@@ -17,35 +17,28 @@ from __future__ import annotations
 
 import argparse
 import collections
-import json
 import math
 import statistics
 import sys
 
 from vllm_hust_vspec import methods
 from vllm_hust_vspec.adaptive.estimators import StepCostModel
+from vllm_hust_vspec.tools.trace_picture import TracePictureError, load
+from vllm_hust_vspec.tools.trace_replay import trace_host
 
 MIN_STEPS = 3  # steady steps a fixed K needs at a batch to judge a price there
 
 
 def replay(path: str) -> tuple[list[float], list[float]]:
     """(price errors, picked goodput / best) per judged online decision of one trace."""
-    with open(path, encoding="utf-8") as fh:
-        recs = [json.loads(line) for line in fh if line.strip()]
-    head = next((r for r in recs if r.get("trace")), None)
-    if head is None:
-        raise SystemExit(f"{path}: no trace header")
-    method = (head.get("host") or {}).get("method")
-    skip = (head.get("settings") or {}).get("adaptive_k0_drafter", "skip") == "skip"
-    dec: dict[int, dict] = {}
-    res: dict[int, dict] = {}
-    order: list[int] = []
-    for r in recs:
-        if {"policy", "k", "batch", "step"} <= r.keys():
-            dec[int(r["step"])] = r
-            order.append(int(r["step"]))
-        elif {"drafted", "accepted", "step"} <= r.keys():
-            res[int(r["step"])] = r
+    try:
+        trace = load(path)
+    except TracePictureError as exc:
+        raise SystemExit(str(exc)) from None
+    method, skip = trace_host(trace)
+    res = {int(r["step"]): r for r in trace.results}
+    dec = {int(d["step"]): d for d in trace.decisions}
+    order = [int(d["step"]) for d in trace.decisions]
     ks = sorted({int(d["k"]) for d in dec.values() if str(d["policy"]).startswith("fixed")})
     steady: dict[tuple[int, int], dict[str, list[float]]] = collections.defaultdict(
         lambda: {"ms": [], "tok": []})

@@ -591,7 +591,6 @@ def test_the_map_starts_at_the_confidence_and_learns_what_is_accepted():
     assert float(np.exp(cal.log_map(conf))[0, 0]) == pytest.approx(0.45, abs=0.08)
 
 
-
 def test_a_ks_own_cell_is_priced_from_the_mixed_cells_its_steps_landed_in():
     """Held K = 4 at batch 1 with K = 3 tried a step at a time: the try times (T 5, D 3) and
     the return (T 4, D 4), never K = 3's own cell (T 4, D 3).  A drafter pass costs 1 ms at

@@ -53,5 +53,5 @@ def test_prices_from_the_same_roofline_pick_the_best_fixed_k(tmp_path, capsys):
 def test_a_trace_without_a_header_is_refused(tmp_path):
     path = tmp_path / "t.jsonl"
     path.write_text(json.dumps({"step": 0, "k": 1, "batch": 1, "policy": "online"}) + "\n")
-    with pytest.raises(SystemExit, match="no trace header"):
+    with pytest.raises(SystemExit, match="header: not a decision trace"):
         replay_paired_prices.replay(str(path))

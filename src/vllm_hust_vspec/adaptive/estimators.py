@@ -503,7 +503,7 @@ class StepCostModel:
         self._seeded: list[bool] = []  # the cell holds seeded samples only (see seed())
         self._var: list[float] = []  # relative variance of the cell's step times (nan: n < 2)
         self._by_batch: dict[int, list[int]] = {}  # batch -> its cells' rows (residual)
-        self._factor_memo: tuple[tuple, Any] | None = None  # (state, residual) of one call
+        self._residual_memo: tuple[tuple, Any] | None = None  # (state, residual) of one call
         self.n = 0  # samples ever added
         self.n_seeded = 0  # of which seeded (measured before serving, see seed())
         self._since_fit = 0
@@ -734,7 +734,7 @@ class StepCostModel:
         # the same batch, samples, cells and fit give the same parts: the Ks priced in one
         # decision (predict_uniform) share one fit over the batch's cells
         state = (batch, self.n, len(self._ms), self.coef, self.knees)
-        memo = self._factor_memo
+        memo = self._residual_memo
         if memo is not None and memo[0] == state:
             return memo[1]
         kt, kd, ms = self._kt, self._kd, self._ms
@@ -767,7 +767,7 @@ class StepCostModel:
             theta = np.linalg.solve(a, xw @ (y - level))
             out = (level, {t: float(theta[c]) for t, c in col_t.items()},
                    {d: float(theta[c]) for d, c in col_d.items()})
-        self._factor_memo = (state, out)
+        self._residual_memo = (state, out)
         return out
 
     def _corrected(self, batch: int, t: int, d: int, model: float) -> float:

@@ -26,7 +26,7 @@ from .trace_picture import Trace
 OFF = math.log(1.35)  # a first prediction this far off (either way) is listed
 
 
-def _host(trace: Trace) -> tuple[str | None, bool]:
+def trace_host(trace: Trace) -> tuple[str | None, bool]:
     """The method and whether K = 0 skipped the drafter, from the first header (:func:`load`
     refuses a trace without one)."""
     head = trace.headers[0]
@@ -37,7 +37,7 @@ def _host(trace: Trace) -> tuple[str | None, bool]:
 
 def replay_cost(trace: Trace) -> dict[str, Any]:
     """The replay's figures (see the module docstring); log errors are ``ln(pred / ms)``."""
-    method, skip = _host(trace)
+    method, skip = trace_host(trace)
     by_step = {int(d["step"]): d for d in trace.decisions}
     model = StepCostModel()
     errors: list[float] = []

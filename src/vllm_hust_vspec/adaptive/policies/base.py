@@ -16,7 +16,6 @@ Contract for implementations (also the sim helper's ``budget`` and ``profile``):
 from __future__ import annotations
 
 import math
-
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
