@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from vllm_hust_vspec.tools.bench_paired import (
@@ -133,7 +135,8 @@ def test_whole_waves_give_the_end_to_end_ratio_which_the_decode_steps_overstate(
     assert online.ratio == pytest.approx(1420 / 1400) and online.phase_ratio is None
     text = markdown(ws)
     assert "### End to end: whole waves, prompts included" in text
-    assert "| code | 4 | fixed:1 | online | 1.014 [1.014-1.014] (3) | - | 1.071 [1.071-1.071] |" in text
+    assert ("| code | 4 | fixed:1 | online | 1.014 [1.014-1.014] (3) | 1.014 | - | - "
+            "| 1.071 [1.071-1.071] |") in text
     # records with their wave times round-trip; windows without them give no such table
     assert window_from_dict(ws[0].to_dict(), "w") == ws[0]
     with pytest.raises(PairedError, match="key 'wave_ms' must be a finite number >= 0"):
@@ -194,3 +197,37 @@ def test_a_phase_splits_into_waves_of_its_concurrency():
     got = waves(phase)
     assert [w.requests for w in got] == [(0, 1, 2, 3), (4, 5, 6, 7), (8, 9)]
     assert {w.concurrency for w in got} == {4}
+
+
+def test_the_held_out_best_fixed_k_is_timed_on_rounds_it_was_not_picked_on():
+    """Three fixed Ks serve 1000 tok/s in both phases of a swing, each but fixed:3 lucky
+    once (1300) in a different round; online serves 1000 throughout. Picked and timed on the
+    same rounds, each phase's best fixed K is the lucky one (1075 pooled): online 0.930 of
+    it. Picked on one half of the rounds (the K lucky there) and timed on the other, the
+    best fixed K serves 1000: online 1.0, per phase and over the cell; end to end the same.
+    Under two rounds a phase nothing is held out."""
+    speeds = {"fixed:1": (1300, 1000, 1000, 1000), "fixed:2": (1000, 1300, 1000, 1000),
+              "fixed:3": (1000,) * 4, "online": (1000,) * 4}
+    ws = []
+    for phase in (0, 1):
+        for rnd in range(4):
+            for policy, s in speeds.items():
+                w = _w(policy, rnd + 1, s[rnd], phase=phase, workload="swing", conc="swing")
+                ws.append(dataclasses.replace(w, wave_steps=10,
+                                              wave_ms=1000.0 * 1000.0 / s[rnd]))
+    (cell,) = summarize(ws)
+    online = cell.row("online")
+    assert online.phase_ratio == pytest.approx(1000 / 1075, abs=2e-3)
+    assert online.held_out == pytest.approx(1.0, abs=2e-3)
+    assert online.phase_held_out == pytest.approx(1.0, abs=2e-3)
+    assert cell.row("fixed:3").phase_held_out == pytest.approx(1.0, abs=2e-3)
+    (wave,) = summarize_waves(ws)
+    online_wave = next(r for r in wave.rows if r.policy == "online")
+    # (waves compose times: the lucky K's phase took 1000 / 1.3 + 3 x 1000 ms)
+    assert online_wave.phase_ratio == pytest.approx((1000 / 1.3 + 3000) / 4000)
+    assert online_wave.phase_held_out == pytest.approx(1.0)
+    assert online_wave.held_out == pytest.approx(1.0)
+    text = markdown(ws)
+    assert "| 0.930 | 1.000 |" in text  # / per-phase best, held out
+    (one,) = summarize([w for w in ws if w.round == 1])
+    assert one.row("online").held_out is None and one.row("online").phase_held_out is None
