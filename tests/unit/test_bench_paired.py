@@ -200,34 +200,35 @@ def test_a_phase_splits_into_waves_of_its_concurrency():
 
 
 def test_the_held_out_best_fixed_k_is_timed_on_rounds_it_was_not_picked_on():
-    """Three fixed Ks serve 1000 tok/s in both phases of a swing, each but fixed:3 lucky
-    once (1300) in a different round; online serves 1000 throughout. Picked and timed on the
-    same rounds, each phase's best fixed K is the lucky one (1075 pooled): online 0.930 of
-    it. Picked on one half of the rounds (the K lucky there) and timed on the other, the
-    best fixed K serves 1000: online 1.0, per phase and over the cell; end to end the same.
-    Under two rounds a phase nothing is held out."""
+    """Both phases of a swing: fixed:3 serves 1010 tok/s every round, fixed:1 and fixed:2
+    1000 but each lucky once (1300) in a different round; online serves 1000. Picked and
+    timed on the same rounds, each phase's best fixed K is a lucky one (1075 pooled): online
+    0.930 of it. Picked on one half of the rounds and timed on the other, the pick is
+    either fixed:3 (1010) or a K whose lucky round was in the picking half (1000 where it is
+    timed): online 0.990-1.0 of it per phase; end to end the same. Under
+    two rounds a phase nothing is held out."""
     speeds = {"fixed:1": (1300, 1000, 1000, 1000), "fixed:2": (1000, 1300, 1000, 1000),
-              "fixed:3": (1000,) * 4, "online": (1000,) * 4}
+              "fixed:3": (1010,) * 4, "online": (1000,) * 4}
     ws = []
     for phase in (0, 1):
         for rnd in range(4):
             for policy, s in speeds.items():
-                w = _w(policy, rnd + 1, s[rnd], phase=phase, workload="swing", conc="swing")
+                w = _w(policy, rnd + 1, s[rnd], phase=phase, workload="swing", conc="swing",
+                       ms=1000.0)
                 ws.append(dataclasses.replace(w, wave_steps=10,
                                               wave_ms=1000.0 * 1000.0 / s[rnd]))
     (cell,) = summarize(ws)
     online = cell.row("online")
     assert online.phase_ratio == pytest.approx(1000 / 1075, abs=2e-3)
-    assert online.held_out == pytest.approx(1.0, abs=2e-3)
-    assert online.phase_held_out == pytest.approx(1.0, abs=2e-3)
-    assert cell.row("fixed:3").phase_held_out == pytest.approx(1.0, abs=2e-3)
+    assert 1000 / 1010 - 2e-3 <= online.phase_held_out <= 1.0 + 2e-3
+    # over the whole cell a K lucky in one phase's picking half can be timed on its other
+    # phase's lucky round: still above the in-sample figure
+    assert cell.row("online").held_out > 0.95
     (wave,) = summarize_waves(ws)
     online_wave = next(r for r in wave.rows if r.policy == "online")
     # (waves compose times: the lucky K's phase took 1000 / 1.3 + 3 x 1000 ms)
     assert online_wave.phase_ratio == pytest.approx((1000 / 1.3 + 3000) / 4000)
-    assert online_wave.phase_held_out == pytest.approx(1.0)
-    assert online_wave.held_out == pytest.approx(1.0)
-    text = markdown(ws)
-    assert "| 0.930 | 1.000 |" in text  # / per-phase best, held out
+    assert 1000 / 1010 - 1e-9 <= online_wave.phase_held_out <= 1.0 + 1e-9
+    assert "| 0.930 | 0.99" in markdown(ws)  # / per-phase best, then held out
     (one,) = summarize([w for w in ws if w.round == 1])
     assert one.row("online").held_out is None and one.row("online").phase_held_out is None
