@@ -151,6 +151,33 @@ def test_a_smaller_batch_outweighs_the_counts_of_a_larger_one_within_its_own_mem
     assert est.effective_trials()[0] == pytest.approx(128.0)
 
 
+def test_a_position_k_does_not_try_forgets_its_last_trials_twice_as_fast():
+    """K = 1 tries no position 2: its counts decay at twice the weight (the decay squared),
+    so an estimate that the last deeper steps' unlucky trials put low falls back toward
+    its chained prior while K = 1 holds (on the real engine it stayed low and so did K = 1:
+    estimators.py, AcceptanceEstimator). Batch 4, 40 steps at K = 3 accepting a third of
+    position 2's trials, then 36 at K = 1: position 2 keeps 0.97 ** 72 of its trials (0.97
+    ** 36 before), its estimate 0.41 (0.36 before); position 1 decays as every step."""
+    def run(untried_decay):
+        est = AcceptanceEstimator(4, weight=0.03, untried_decay=untried_decay)
+        for _ in range(40):
+            est.update_counts([4, 3, 1, 0], [3, 1, 0, 0])
+        before = est.effective_trials()
+        for _ in range(36):
+            est.update_counts([4, 0, 0, 0], [3, 0, 0, 0])
+        return est, before
+
+    est, before = run(2.0)
+    assert est.effective_trials()[1] == pytest.approx(before[1] * 0.97 ** 72)
+    assert est.estimate()[1] > 0.40
+    old, _ = run(1.0)
+    assert old.effective_trials()[1] == pytest.approx(before[1] * 0.97 ** 36)
+    assert old.estimate()[1] < 0.37
+    assert est.estimate()[0] == pytest.approx(old.estimate()[0])
+    with pytest.raises(ValueError, match="untried_decay"):
+        AcceptanceEstimator(4, untried_decay=0.5)
+
+
 def test_acceptance_bad_args():
     with pytest.raises(ValueError, match="ewma weight"):
         AcceptanceEstimator(4, weight=0.0)
