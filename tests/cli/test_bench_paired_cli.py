@@ -48,7 +48,8 @@ def test_two_runs_pool_as_three_servers(tmp_path):
     assert proc.stdout.startswith("## Paired in-engine comparison")
     (row,) = [line for line in proc.stdout.splitlines() if "| online |" in line]
     assert row.startswith("| code | 4 | fixed:2 | online |")
-    assert "(5) | 1.100-1.200 | - | 1.375 [1.375-1.500] |" in row
+    # held out: fixed K = 2 is the pick on either half of any split, the pooled 1.139
+    assert "(5) | 1.100-1.200 | 1.139 | - | - | 1.375 [1.375-1.500] |" in row
     # one file alone: its own two servers
     (row,) = [line for line in _run(str(a)).stdout.splitlines() if "| online |" in line]
     assert "1.100 [1.100-1.100] (3) | 1.100-1.100 |" in row
