@@ -57,7 +57,7 @@ from __future__ import annotations
 import dataclasses
 import random
 import statistics
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from vllm_hust_vspec import checks
@@ -280,6 +280,13 @@ def summarize_cell(ws: Sequence[Window]) -> PairedCell:
     best = max(fixed, key=lambda p: index[p]) if fixed else None
     phases = sorted({w.phase for w in paired})
     zero = K0 if K0 in policies else None
+    times = {key: {p: _times(g[p], ref) for p in g} for key, g in rounds.items()}
+
+    def score(keys: Sequence[tuple[int, int, int]], f: str) -> float:
+        return _pooled_index(times, keys, f) or 0.0
+
+    picks = _held_out_picks(rounds, fixed, score, by_phase=False)
+    phase_picks = _held_out_picks(rounds, fixed, score, by_phase=True) if len(phases) > 1 else []
     rows = []
     for p in policies:
         ratio = q1 = q3 = lo = hi = phase_ratio = None
@@ -298,13 +305,11 @@ def summarize_cell(ws: Sequence[Window]) -> PairedCell:
             if len(phases) > 1:
                 phase_ratio = _phase_ratio(paired, p, fixed, phases, ref)
         k0, k0_q1, k0_q3 = _median_quartiles(k0_rounds)
-        held = _held_out(rounds, p, fixed, ref, by_phase=False) if fixed else None
-        phase_held = (_held_out(rounds, p, fixed, ref, by_phase=True)
-                      if fixed and len(phases) > 1 else None)
         rows.append(PolicyRow(policy=p, tok_s=index[p] * pooled, ratio=ratio, q1=q1, q3=q3,
                               rounds=len(per_round), server_lo=lo, server_hi=hi,
                               phase_ratio=phase_ratio, k0=k0, k0_q1=k0_q1, k0_q3=k0_q3,
-                              held_out=held, phase_held_out=phase_held))
+                              held_out=_held_out(times, p, picks),
+                              phase_held_out=_held_out(times, p, phase_picks)))
     w0 = ws[0]
     return PairedCell(w0.workload, w0.concurrency, best, rows)
 
@@ -383,25 +388,37 @@ def _halves(keys: Iterable[tuple[int, int, int]],
     return out
 
 
-def _held_out(rounds: Mapping[tuple[int, int, int], Mapping[str, list[Window]]], policy: str,
-              fixed: Sequence[str], ref: Reference, by_phase: bool) -> float | None:
+def _held_out_picks(keys: Iterable[tuple[int, int, int]], fixed: Sequence[str],
+                    score: Callable[[Sequence[tuple[int, int, int]], str], float],
+                    by_phase: bool) -> list[tuple[list[tuple[int, int, int]], str]]:
+    """(timed half, the fixed K of the highest ``score`` on the other half) for each split of
+    :func:`_halves`: the same for every policy of a cell (empty without fixed Ks)."""
+    if not fixed:
+        return []
+    return [(time_keys, max(fixed, key=lambda f: score(pick_keys, f)))
+            for pick_keys, time_keys in _halves(keys, by_phase)]
+
+
+def _pooled_index(times: Mapping[tuple[int, int, int], Mapping[str, tuple[float, float]]],
+                  keys: Sequence[tuple[int, int, int]], policy: str) -> float | None:
+    """:func:`_index` of a policy's windows in the rounds ``keys``, from each round's
+    :func:`_times`."""
+    expected = sum(times[k][policy][0] for k in keys)
+    ms = sum(times[k][policy][1] for k in keys)
+    return expected / ms if ms > 0 else None
+
+
+def _held_out(times: Mapping[tuple[int, int, int], Mapping[str, tuple[float, float]]],
+              policy: str, picks: Sequence[tuple[list[tuple[int, int, int]], str]]) -> float | None:
     """A policy's speed over the best fixed K picked on the other half of the rotation
-    rounds (of each phase with ``by_phase``), pooled over the splits of :func:`_halves`:
-    the time the picked K's index gives the policy's own tokens, over the time they took
-    (None: under two rounds a phase, or a half without a timed window)."""
-    times = {key: {p: _times(rounds[key][p], ref) for p in (policy, *fixed)} for key in rounds}
-
-    def index(keys: Sequence[tuple[int, int, int]], p: str) -> float | None:
-        expected = sum(times[k][p][0] for k in keys)
-        ms = sum(times[k][p][1] for k in keys)
-        return expected / ms if ms > 0 else None
-
+    rounds (``picks``: :func:`_held_out_picks`), pooled over the splits: the time the picked
+    K's index gives the policy's own tokens, over the time they took (None: no splits, or a
+    half without a timed window)."""
     own = oracle = 0.0
-    for pick_keys, time_keys in _halves(rounds, by_phase):
-        pick = max(fixed, key=lambda f: index(pick_keys, f) or 0.0)
+    for time_keys, pick in picks:
         expected = sum(times[k][policy][0] for k in time_keys)
         ms = sum(times[k][policy][1] for k in time_keys)
-        picked = index(time_keys, pick)
+        picked = _pooled_index(times, time_keys, pick)
         if not picked or ms <= 0:
             return None
         own += ms
@@ -482,6 +499,13 @@ def summarize_waves(ws: Sequence[Window]) -> list[WaveCell]:
         fixed = [p for p in policies if is_fixed(p)]
         best = min(fixed, key=total.__getitem__) if fixed else None
         phases = sorted({key[1] for key in rounds})
+
+        def score(keys: Sequence[tuple[int, int, int]], f: str) -> float:
+            return -sum(rounds[k][f] for k in keys)  # the least wave time
+
+        picks = _held_out_picks(rounds, fixed, score, by_phase=False)
+        phase_picks = (_held_out_picks(rounds, fixed, score, by_phase=True)
+                       if len(phases) > 1 else [])
         rows = []
         for p in policies:
             per = [g[best] / g[p] for g in rounds.values()] if best else []
@@ -493,23 +517,20 @@ def summarize_waves(ws: Sequence[Window]) -> list[WaveCell]:
                 oracle = sum(min(sum(g[f] for key, g in rounds.items() if key[1] == ph)
                                  for f in fixed) for ph in phases)
                 phase_ratio = oracle / total[p]
-            held = _held_out_waves(rounds, p, fixed, by_phase=False) if fixed else None
-            phase_held = (_held_out_waves(rounds, p, fixed, by_phase=True)
-                          if fixed and len(phases) > 1 else None)
             rows.append(WaveRow(p, ratio, q1, q3, len(per), phase_ratio, k0, k0_q1, k0_q3,
-                                held, phase_held))
+                                _held_out_waves(rounds, p, picks),
+                                _held_out_waves(rounds, p, phase_picks)))
         out.append(WaveCell(cws[0].workload, cws[0].concurrency, best, rows))
     return out
 
 
 def _held_out_waves(rounds: Mapping[tuple[int, int, int], Mapping[str, float]], policy: str,
-                    fixed: Sequence[str], by_phase: bool) -> float | None:
+                    picks: Sequence[tuple[list[tuple[int, int, int]], str]]) -> float | None:
     """:func:`_held_out` for whole waves: the wave time of the fixed K with the least wave
-    time on the other half of the rotation rounds (of each phase with ``by_phase``) over the
-    policy's own, both halves composed."""
+    time on the other half of the rotation rounds (``picks``) over the policy's own, the
+    splits pooled (None: no splits)."""
     own = oracle = 0.0
-    for pick_keys, time_keys in _halves(rounds, by_phase):
-        pick = min(fixed, key=lambda f: sum(rounds[k][f] for k in pick_keys))
+    for time_keys, pick in picks:
         own += sum(rounds[k][policy] for k in time_keys)
         oracle += sum(rounds[k][pick] for k in time_keys)
     return oracle / own if own > 0 and oracle > 0 else None
