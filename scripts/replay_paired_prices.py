@@ -11,11 +11,19 @@ with the measured tokens per step, over the best fixed K's. Compare two versions
 model by running this under each (PYTHONPATH)::
 
     python scripts/replay_paired_prices.py OUT/traces/paired-r1.jsonl [...]
+
+``--near N`` judges each decision against the fixed Ks' steady steps within N steps of it
+only (the same cell's texts and minutes) instead of the whole server's: a server serves
+several workloads and the machine's speed drifts, and the whole server's medians pool code's
+tokens per step with mixed's: in a server of a judged run they named K = 2 the best at all
+723 of online's batch-1 decisions, where the fixed Ks within 300 steps named K = 3 at 258 of
+the 639 judged there, K = 2 at 268, K = 4 at 75 and K = 1 at 38.
 """
 
 from __future__ import annotations
 
 import argparse
+import bisect
 import collections
 import math
 import statistics
@@ -29,8 +37,18 @@ from vllm_hust_vspec.tools.trace_replay import trace_host
 MIN_STEPS = 3  # steady steps a fixed K needs at a batch to judge a price there
 
 
-def replay(path: str) -> tuple[list[float], list[float]]:
-    """(price errors, picked goodput / best) per judged online decision of one trace."""
+def _near(cell: dict[str, list[float]], step: int, near: int | None) -> dict[str, list[float]]:
+    """A (batch, K)'s steady steps within ``near`` steps of ``step`` (all of them: None)."""
+    if near is None:
+        return cell
+    lo = bisect.bisect_left(cell["step"], step - near)
+    hi = bisect.bisect_right(cell["step"], step + near)
+    return {"ms": cell["ms"][lo:hi], "tok": cell["tok"][lo:hi]}
+
+
+def replay(path: str, near: int | None = None) -> tuple[list[float], list[float]]:
+    """(price errors, picked goodput / best) per judged online decision of one trace
+    (``near``: against the fixed Ks' steady steps within that many steps of the decision)."""
     try:
         trace = load(path)
     except TracePictureError as exc:
@@ -41,13 +59,14 @@ def replay(path: str) -> tuple[list[float], list[float]]:
     order = [int(d["step"]) for d in trace.decisions]
     ks = sorted({int(d["k"]) for d in dec.values() if str(d["policy"]).startswith("fixed")})
     steady: dict[tuple[int, int], dict[str, list[float]]] = collections.defaultdict(
-        lambda: {"ms": [], "tok": []})
+        lambda: {"step": [], "ms": [], "tok": []})
     prev = None
     for s in order:
         d, r = dec[s], res.get(s)
         if (r is not None and r.get("ms") and str(d["policy"]).startswith("fixed")
                 and prev is not None and prev["policy"] == d["policy"]):
             cell = steady[(int(d["batch"]), int(d["k"]))]
+            cell["step"].append(s)
             cell["ms"].append(float(r["ms"]))
             cell["tok"].append(int(r["accepted"]) + int(d["batch"]))
         prev = d
@@ -60,7 +79,7 @@ def replay(path: str) -> tuple[list[float], list[float]]:
         if d["policy"] != "online" or r is None or not r.get("ms") or int(d["batch"]) <= 0:
             continue
         b, k = int(d["batch"]), int(d["k"])
-        cells = [steady.get((b, kk)) for kk in ks]
+        cells = [_near(steady[(b, kk)], s, near) if (b, kk) in steady else None for kk in ks]
         if ks and model.ready and all(c and len(c["ms"]) >= MIN_STEPS for c in cells):
             pred = model.predict_uniform(b, ks)
             if pred and all(p > 0 for p in pred):
@@ -81,11 +100,16 @@ def replay(path: str) -> tuple[list[float], list[float]]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("traces", nargs="+", help="decision traces of paired servers (JSONL)")
+    parser.add_argument("--near", type=int, default=None, metavar="N",
+                        help="judge a decision against the fixed Ks' steady steps within N steps "
+                             "of it (default: the whole server's)")
     args = parser.parse_args(argv)
+    if args.near is not None and args.near < 1:
+        parser.error(f"--near must be a positive number of steps, got {args.near}")
     every_e: list[float] = []
     every_p: list[float] = []
     for path in args.traces:
-        e, p = replay(path)
+        e, p = replay(path, args.near)
         every_e += e
         every_p += p
         print(f"{path}: {len(e)} decisions judged" + (

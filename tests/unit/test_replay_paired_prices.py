@@ -55,3 +55,48 @@ def test_a_trace_without_a_header_is_refused(tmp_path):
     path.write_text(json.dumps({"step": 0, "k": 1, "batch": 1, "policy": "online"}) + "\n")
     with pytest.raises(SystemExit, match="header: not a decision trace"):
         replay_paired_prices.replay(str(path))
+
+
+class _FlatPrices:
+    """Prices every K of a step alike (a step-cost model that knows nothing), so the replay
+    picks the K with the most tokens a step: K = 2 in both cells below."""
+
+    ready = True
+    draft_min_steps = 0
+
+    def predict_uniform(self, batch, ks):
+        return [30.0 for _ in ks]
+
+    def add(self, *args, **kwargs):
+        pass
+
+
+def test_near_judges_each_decision_by_its_own_cells_fixed_ks(tmp_path, capsys, monkeypatch):
+    """Two cells in one server: in the first K = 1 commits the most tokens a millisecond,
+    in the second (drafts accepted whole) K = 2.  Prices that pick K = 2 everywhere lose in
+    the first cell; pooled over the server the fixed Ks' steps name K = 2 the best for both
+    cells and hide it, ``--near`` judges each decision by the fixed steps of its own cell."""
+    recs = [{"trace": TRACE_NAME, "host": {"method": "draft_model"}, "settings": {}}]
+    step = 0
+    for accepted in (TOKENS, {0: 0.0, 1: 1.0, 2: 2.0}):
+        for _round in range(4):
+            for policy in ("fixed:0", "fixed:1", "fixed:2", "online"):
+                for _ in range(6):
+                    k = int(policy.split(":")[1]) if policy != "online" else step % 3
+                    recs.append({"step": step, "k": k, "batch": B, "policy": policy})
+                    recs.append({"step": step, "drafted": k * B,
+                                 "accepted": int(accepted[k] * B), "ms": ms(k)})
+                    step += 1
+    path = tmp_path / "two-cells.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in recs) + "\n")
+    monkeypatch.setattr(replay_paired_prices, "StepCostModel", _FlatPrices)
+    _errors, pooled = replay_paired_prices.replay(str(path))
+    _errors, near = replay_paired_prices.replay(str(path), near=40)
+    assert min(pooled) == pytest.approx(1.0)  # K = 2 pooled: 5.5 tokens in 42 ms, K = 1 4 in 31
+    # the first cell's decisions: K = 2 (5 tokens in 42 ms) against K = 1 (4 in 31)
+    assert min(near) == pytest.approx((5 / 42) / (4 / 31))
+    assert max(near) == pytest.approx(1.0)  # the second cell's
+    assert replay_paired_prices.main([str(path), "--near", "40"]) == 0
+    assert "picked K's goodput / best fixed 0.9" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        replay_paired_prices.main([str(path), "--near", "0"])
