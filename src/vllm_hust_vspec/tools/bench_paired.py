@@ -290,8 +290,8 @@ def summarize_cell(ws: Sequence[Window]) -> PairedCell:
     rows = []
     for p in policies:
         ratio = q1 = q3 = lo = hi = phase_ratio = None
-        per_round = _round_ratios(rounds, p, best, ref) if best is not None else []
-        k0_rounds = _round_ratios(rounds, p, zero, ref) if zero is not None else []
+        per_round = _round_ratios(times, p, best) if best is not None else []
+        k0_rounds = _round_ratios(times, p, zero) if zero is not None else []
         if best is not None:
             by_server = []
             for s in sorted({key[0] for key in rounds}):
@@ -322,12 +322,13 @@ def _median_quartiles(values: Sequence[float]) -> tuple[float | None, float | No
     return float(statistics.median(values)), q1, q3
 
 
-def _round_ratios(rounds: Mapping[tuple[int, int, int], Mapping[str, list[Window]]],
-                  policy: str, other: str, ref: Reference) -> list[float]:
-    """The policy's index over ``other``'s in each rotation round."""
+def _round_ratios(times: Mapping[tuple[int, int, int], Mapping[str, tuple[float, float]]],
+                  policy: str, other: str) -> list[float]:
+    """The policy's index over ``other``'s in each rotation round (``times``: each round's
+    :func:`_times` of every policy)."""
     out = []
-    for g in rounds.values():
-        a, b = _index(g[policy], ref), _index(g[other], ref)
+    for key in times:
+        a, b = _pooled_index(times, (key,), policy), _pooled_index(times, (key,), other)
         if a is not None and b:
             out.append(a / b)
     return out
