@@ -13,6 +13,7 @@ asserts the targets on the cells :func:`measure` returns.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from dataclasses import dataclass, field
 
@@ -70,14 +71,19 @@ class Cell:
 
 
 def measure(kind: str, seed: int, policies: tuple[str, ...] = ("online",), scale: float = 1.0,
-            draws: int = 1) -> Cell:
+            draws: int = 1, drift: float = 0.0, drift_steps: float = 500.0) -> Cell:
     """One cell; ``draws`` > 1 averages every goodput over that many step-time noise draws
     on the same trace (simulator seeds ``seed``, ``seed + 1000``, ...): one draw of a short
     cell moves online / best fixed K by a few percent (stationary-high seed 1 over 6 draws:
-    0.975-0.988)."""
+    0.975-0.988).  ``drift`` > 0: the machine's speed drifts while the trace is served
+    (``CostSpec.speed_path``: stationary sd ``drift``, correlation ``drift_steps`` steps),
+    the same path for every policy."""
     if draws < 1:
         raise ValueError(f"draws must be a positive integer, got {draws!r}")
     trace = generate(kind, seed, scale)
+    if drift > 0.0:
+        cost = dataclasses.replace(trace.header.cost, drift=drift, drift_steps=drift_steps)
+        trace = dataclasses.replace(trace, header=dataclasses.replace(trace.header, cost=cost))
     reports = [simulate(trace, list(policies), seed + 1000 * i) for i in range(draws)]
     for report in reports:
         assert report.oracle is not None  # every generated kind carries p
@@ -116,9 +122,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scale", type=float, default=1.0, help="trace size multiplier (default 1.0)")
     parser.add_argument("--draws", type=positive_int, default=1,
                         help="step-time noise draws averaged per cell (default 1)")
+    parser.add_argument("--drift", type=float, default=0.0, metavar="SD",
+                        help="the machine's speed drifts while serving: stationary sd of its log "
+                             "(the CPU host: about 0.1; default 0, none)")
+    parser.add_argument("--drift-steps", type=float, default=500.0, metavar="N",
+                        help="the drift's correlation time in steps (default 500)")
     args = parser.parse_args(argv)
     policies = tuple(dict.fromkeys(["online", *[p for p in args.policies.split(",") if p]]))
-    cells = [measure(kind, seed, policies, args.scale, args.draws)
+    if args.drift < 0.0 or args.drift_steps < 1.0:
+        parser.error("--drift must be >= 0 and --drift-steps >= 1")
+    cells = [measure(kind, seed, policies, args.scale, args.draws, args.drift, args.drift_steps)
              for kind in args.kinds.split(",") for seed in range(args.seeds)]
     print(table(cells, policies))
     failed = [(c, f) for c in cells for f in c.failures()]

@@ -121,6 +121,28 @@ def test_noise_one_draw_per_step_same_stream():
     assert r2.busy_ms == pytest.approx(sum(15.0 * math.exp(d) for d in draws[:3]))
 
 
+def test_drift_one_speed_path_for_every_policy():
+    """``cost.drift``: every step time is multiplied by the machine's speed factor, an AR(1)
+    path of log speed from its own stream (``default_rng((seed, 1))``), step by step the
+    same for every policy, on top of the step noise."""
+    tr = _trace(TWO, cost={"drift": 0.1, "drift_steps": 3.0}, seed=7)
+    rng = np.random.default_rng((7, 1))
+    rho = math.exp(-1.0 / 3.0)
+    sd = 0.1 * math.sqrt(1.0 - rho * rho)
+    x, speeds = 0.0, []
+    for _ in range(7):
+        speeds.append(math.exp(x))
+        x = rho * x + sd * rng.standard_normal()
+    r = run_fixed(tr, 0, seed=7)
+    assert r.busy_ms == pytest.approx(sum(11.0 * s for s in speeds))
+    assert r.busy_ms != pytest.approx(77.0, rel=1e-3)  # the path moved the times
+    assert run_fixed(tr, 2, seed=7).busy_ms == pytest.approx(sum(15.0 * s for s in speeds[:3]))
+    # no drift: no path, and the header writes no drift keys
+    assert run_fixed(_trace(TWO, seed=7), 0, seed=7).busy_ms == pytest.approx(77.0)
+    assert "drift" not in CostSpec(**COST).to_dict()
+    assert tr.header.cost.to_dict()["drift_steps"] == 3.0
+
+
 def test_oracle_by_hand():
     # t=0: p=.9,.9: E = 1, 1.9, 2.71 over cost 11, 13, 15 -> K=2; acc 1 -> +2 (t=2)
     # t=2: p=.3,.3: E = 1, 1.3, 1.39 -> ratios .0909, .1, .0927 -> K=1; acc 0 -> +1, done
@@ -228,6 +250,9 @@ def _header(**cost):
     [
         ([_header(bias_ms=-1.0), '{"id": "r", "arrival_s": 0, "accept_len": [0]}'], r"<t>:1: header 'cost': key 'bias_ms' must be >= 0"),
         ([_header(draft_min_steps=0.5)], "draft_min_steps"),
+        ([_header(drift=-0.1)], r"header 'cost': key 'drift' must be >= 0"),
+        ([_header(drift=0.1, drift_steps=0.5)], r"key 'drift_steps' must be at least 1 step"),
+        ([_header(drift_sd=0.1)], r"unknown key 'drift_sd'"),
         ([_header(), '{"id": "r", "arrival_s": 0, "accept_len": [0, 3]}'], r"<t>:2: key 'accept_len\[1\]' = 3 is out of range 0..2"),
         ([_header(), '{"id": "r", "arrival_s": 0, "accept_len": [0], "p": [[0.5]]}'], r"key 'p' must have shape \[1\]\[2\]"),
         ([_header(), '{"id": "r", "arrival_s": 0, "accept_len": [0], "p": [[0.5, 1.5]]}'], "outside"),

@@ -58,6 +58,8 @@ COST_KEYS = (
     "draft_min_steps",
     "noise",
 )
+# optional cost keys (default): the machine's speed drifting while it serves
+DRIFT_KEYS = {"drift": 0.0, "drift_steps": 500.0}
 _HEADER_KEYS = {"format", "version", "kmax", "max_num_seqs", "cost", "seed", "meta"}
 _REQUEST_KEYS = {"id", "arrival_s", "accept_len", "p", "conf"}
 
@@ -81,6 +83,31 @@ class CostSpec:
     draft_token_ms: float
     draft_min_steps: int = 0
     noise: float = 0.0
+    drift: float = 0.0
+    drift_steps: float = 500.0
+
+    def speed_path(self, seed: int) -> Callable[[], float]:
+        """The machine's speed factor, one call a step: ``exp(x)`` with ``x`` an AR(1)
+        process of stationary sd ``drift`` and correlation time ``drift_steps`` steps,
+        starting at 0, from its own stream (``default_rng((seed, 1))``: the same path, step
+        by step, for every policy); 1 every step when ``drift`` is 0.  Why: on the CPU host
+        a fixed K's step at one batch drifted by 8-15 % (sd) over a paired run against
+        3.5-5 % from one step to the next, with slow spells of tens of seconds at a third
+        above the usual time; a simulator without it cannot show what a stale price or a
+        speed estimate stuck at a spell's level costs a policy."""
+        if self.drift <= 0.0:
+            return lambda: 1.0
+        rng = np.random.default_rng((seed, 1))
+        rho = math.exp(-1.0 / self.drift_steps)
+        sd = self.drift * math.sqrt(1.0 - rho * rho)
+        state = [0.0]
+
+        def step() -> float:
+            x = state[0]
+            state[0] = rho * x + sd * float(rng.standard_normal())
+            return math.exp(x)
+
+        return step
 
     def step_ms(self, batch: int, k: int, verify_tokens: int) -> float:
         """Noiseless step time."""
@@ -106,7 +133,10 @@ class CostSpec:
         return self.step_ms(batch, draft_passes, verify_tokens)
 
     def to_dict(self) -> dict[str, float | int]:
-        return {key: getattr(self, key) for key in COST_KEYS}
+        doc = {key: getattr(self, key) for key in COST_KEYS}
+        if self.drift > 0.0:
+            doc.update({key: getattr(self, key) for key in DRIFT_KEYS})
+        return doc
 
 
 @dataclass(frozen=True)
@@ -245,14 +275,20 @@ def _parse_header(obj: Mapping[str, Any], where: str) -> TraceHeader:
     if not isinstance(cost, dict):
         raise TraceError(f"{where}: header key 'cost' must be an object")
     cwhere = f"{where}: header 'cost'"
-    unknown = sorted(set(cost) - set(COST_KEYS))
+    unknown = sorted(set(cost) - set(COST_KEYS) - set(DRIFT_KEYS))
     if unknown:
-        raise TraceError(f"{cwhere}: unknown key {unknown[0]!r} (known: {list(COST_KEYS)})")
+        raise TraceError(f"{cwhere}: unknown key {unknown[0]!r} "
+                         f"(known: {list(COST_KEYS) + list(DRIFT_KEYS)})")
     missing = [k for k in COST_KEYS if k not in cost]
     if missing:
         raise TraceError(f"{cwhere}: key '{missing[0]}' is missing")
     values = {k: _number(cost, k, cwhere) for k in COST_KEYS if k != "draft_min_steps"}
     dms = _integer(cost, "draft_min_steps", cwhere, 0, kmax)
+    for key, default in DRIFT_KEYS.items():
+        values[key] = _number(cost, key, cwhere) if key in cost else default
+    if values["drift_steps"] < 1.0:
+        raise TraceError(f"{cwhere}: key 'drift_steps' must be at least 1 step, "
+                         f"got {values['drift_steps']!r}")
     spec = CostSpec(draft_min_steps=dms, **values)
     if spec.step_ms(1, 0, 1) <= 0:
         raise TraceError(f"{cwhere}: the step cost must be positive (all coefficients are 0)")
@@ -364,6 +400,7 @@ def run_trace(trace: Trace, select: Selector, seed: int, name: str, feedback: Fe
     hdr = trace.header
     spec = hdr.cost
     rng = np.random.default_rng(seed)
+    speed = spec.speed_path(seed)
     pos = np.zeros(len(pk.lengths), dtype=np.int64)
     running = np.zeros(0, dtype=np.int64)
     qi = 0
@@ -388,7 +425,7 @@ def run_trace(trace: Trace, select: Selector, seed: int, name: str, feedback: Fe
         ki = select(out.steps, running, t)
         k = int(ki.max())
         verify = b + int(ki.sum())
-        ms = spec.step_ms(b, k, verify) * math.exp(rng.normal(0.0, spec.noise))
+        ms = spec.step_ms(b, k, verify) * math.exp(rng.normal(0.0, spec.noise)) * speed()
         accepted = np.minimum(ki, pk.acc[pk.base[running] + t])
         newt = np.minimum(t + accepted + 1, pk.lengths[running])
         out.tokens += int((newt - t).sum())
