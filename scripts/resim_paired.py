@@ -7,8 +7,10 @@ online's decode steps again (their batch sizes, in their order) with a fresh
 :class:`~vllm_hust_vspec.adaptive.controller.Controller`, each step's time drawn from the
 steady steps a fixed K measured at that batch nearest in the server's step count (one of
 the ``--pool`` nearest, so the machine's drift, its slow spells and its step-to-step noise
-are the real ones), and its acceptance from per-position rates solved from the fixed Ks'
-accepted tokens near it. A step that changes K costs the mean of the two Ks' times (the
+are the real ones; ``--common-speed``: K's median near the step times the nearest fixed
+steps' ratio to their own K's median, one machine speed for every K), and its acceptance from
+per-position rates solved from the fixed Ks' accepted tokens over the step's workload cell
+(``--results``; without it, within ``NEAR`` steps). A step that changes K costs the mean of the two Ks' times (the
 engine verifies the step before's drafts); an upward probe's share is interpolated along
 the batch's times. The best fixed K is served the same way on the same draws, and the
 script prints policy / best fixed K per cell (a batch size's steps within one workload's
@@ -61,6 +63,8 @@ class Server:
         self.cell: dict[int, tuple[str, str]] = {}
         self.cell_acc: dict[tuple, list[float]] = collections.defaultdict(list)
         self._rates: dict[tuple, np.ndarray] = {}
+        self.common = False  # see ms()
+        self._ratio_memo: dict[int, tuple[list[int], list[float]]] = {}
         if cells:
             pending: list[int] = []
             for rec in trace.records:
@@ -99,12 +103,31 @@ class Server:
 
     def ms(self, b: int, k: int, s: int, u: float, width: int) -> float:
         """A fixed K's steady step time at batch ``b``: of the ``width`` nearest to step
-        ``s``, the one ``u`` (uniform in [0, 1)) names."""
+        ``s``, the one ``u`` (uniform in [0, 1)) names.  With :attr:`common` set: K's median
+        near ``s`` times the ratio of one of the ``width`` nearest fixed steps at batch ``b``
+        (any K) to its own K's median there, so that every K sees the same machine at a step
+        (a K's times are not drawn from its own windows, minutes apart)."""
+        if self.common:
+            steps, ratios = self._ratios(b)
+            i = bisect.bisect_left(steps, s)
+            lo, hi = max(0, i - width // 2), min(len(steps), i + (width + 1) // 2)
+            lo = max(0, min(lo, hi - width))
+            return self.median(b, k, s) * ratios[lo + int(u * (hi - lo))]
         steps, ms, _ = self.pool[(b, k)]
         i = bisect.bisect_left(steps, s)
         lo, hi = max(0, i - width // 2), min(len(steps), i + (width + 1) // 2)
         lo = max(0, min(lo, hi - width))
         return ms[lo + int(u * (hi - lo))]
+
+    def _ratios(self, b: int) -> tuple[list[int], list[float]]:
+        """Every fixed K's steady steps at batch ``b``, in step order, each as its ratio to
+        its K's median near it."""
+        got = self._ratio_memo.get(b)
+        if got is None:
+            rows = sorted((st, m / self.median(b, k, st))
+                          for k in self.ks for st, m in zip(*self.pool[(b, k)][:2]))
+            got = self._ratio_memo[b] = ([r[0] for r in rows], [r[1] for r in rows])
+        return got
 
     def median(self, b: int, k: int, s: int) -> float:
         """A fixed K's median steady step time at batch ``b`` within ``NEAR`` steps of ``s``."""
@@ -249,6 +272,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cheat", choices=("cost", "accept", "both"), default=None,
                    help="diagnosis: the policy prices K with the true step times (the fixed "
                         "Ks' medians near the step) and/or the true acceptance rates")
+    p.add_argument("--common-speed", action="store_true",
+                   help="every K's time at a step: its median near the step times the "
+                        "nearest fixed steps' ratio to theirs (one machine speed for all Ks)")
     p.add_argument("--show-k", action="store_true",
                    help="print the policy's steps at each K per cell")
     p.add_argument("--show-fixed", action="store_true",
@@ -269,6 +295,7 @@ def main(argv: list[str] | None = None) -> int:
     for path in a.traces:
         m = re.search(r"paired-r(\d+)", path)
         sv = Server(path, windows.get(int(m.group(1))) if m and a.results else None)
+        sv.common = a.common_speed
         line = []
         for seed in range(a.seeds):
             got = serve(sv, a.policy, seed, a, batches)
