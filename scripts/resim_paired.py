@@ -10,14 +10,16 @@ the ``--pool`` nearest, so the machine's drift, its slow spells and its step-to-
 are the real ones; ``--common-speed``: K's median near the step times the nearest fixed
 steps' ratio to their own K's median, one machine speed for every K), and its acceptance from
 per-position rates solved from the fixed Ks' accepted tokens over the step's workload cell
-(``--results``; without it, within ``NEAR`` steps). A step that changes K costs the mean of the two Ks' times (the
-engine verifies the step before's drafts); an upward probe's share is interpolated along
-the batch's times. The best fixed K is served the same way on the same draws, and the
-script prints policy / best fixed K per cell (a batch size's steps within one workload's
-rotation), so a change to an estimator or a policy is judged on the real engine's step
-times, exploration included, which ``replay_paired_prices.py`` (prices only, online's own
-steps) cannot. The cost model is seeded as the start-up probe seeds it: every K at batch
-1, 4 and 16, two points each, the first minutes' fixed-K medians times ``--seed-noise``.
+(``--results``; without it, within ``NEAR`` steps). A step that changes K costs the mean
+of the two Ks' times (the engine verifies the step before's drafts); an upward probe's share
+is interpolated along the batch's times. The policy chooses among the Ks a fixed policy
+timed (a K none timed has no steps to serve). The best fixed K is served the same way on
+the same draws, and the script prints policy / best fixed K per cell (a workload's cell with
+``--results``, else a batch size's run of the timeline), so a change to an estimator or a
+policy is judged on the real engine's step times, exploration included, which
+``replay_paired_prices.py`` (prices only, online's own steps) cannot. The cost model is
+seeded as the start-up probe seeds it: every K at batch 1, 4 and 16, two points each, the
+first minutes' fixed-K medians times ``--seed-noise``.
 
     python scripts/resim_paired.py OUT/traces/paired-r*.jsonl --batches 4 --seeds 8
 """
@@ -99,7 +101,7 @@ class Server:
         self.kmax = max(self.ks) if self.ks else 0
 
     def has(self, b: int) -> bool:
-        return all(len(self.pool[(b, k)][0]) >= 3 for k in self.ks) if (b, 0) in self.pool else False
+        return bool(self.ks) and all(len(self.pool[(b, k)][0]) >= 3 for k in self.ks)
 
     def ms(self, b: int, k: int, s: int, u: float, width: int) -> float:
         """A fixed K's steady step time at batch ``b``: of the ``width`` nearest to step
@@ -192,7 +194,10 @@ def serve(sv: Server, policy: str, seed: int, a: argparse.Namespace, batches: se
     from a fresh controller; a cell is a workload's (``--results``) or a batch size's run of
     the timeline (a batch back after ``GAP`` steps without it starts another)."""
     rng = np.random.default_rng(seed)
+    # the policy chooses among the Ks a fixed policy timed (a K none timed has no steps to
+    # serve): K = min..max of them
     ctl = Controller(ControllerConfig(kmax=sv.kmax, policy=policy, extra=a.extra,
+                                      **({"min_gamma": sv.ks[0]} if sv.ks else {}),
                                       **(a.config if not policy.startswith("fixed") else {})))
     ctl.set_draft_min_steps(sv.dmin)
     first = sv.timeline[0][0] if sv.timeline else 0
@@ -218,7 +223,7 @@ def serve(sv: Server, policy: str, seed: int, a: argparse.Namespace, batches: se
         ctl.acceptance.expected_committed = true_expected
     cells: dict[tuple, list[float]] = collections.defaultdict(
         lambda: [0.0, 0.0, 0, collections.Counter()])
-    prev = np.zeros(1, dtype=np.int64)
+    prev = np.full(1, sv.ks[0] if sv.ks else 0, dtype=np.int64)
     last_seen: dict[int, int] = {}
     cell_of: dict[int, int] = collections.defaultdict(int)
     for n, (s, b) in enumerate(sv.timeline):

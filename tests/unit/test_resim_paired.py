@@ -25,14 +25,14 @@ def ms(k: int) -> float:
     return 10.0 + 5.0 * B * (1 + k) + 0.5 * k * B
 
 
-def _trace(path: pathlib.Path) -> list[dict]:
+def _trace(path: pathlib.Path, policies=("fixed:0", "fixed:1", "fixed:2", "online")) -> list[dict]:
     """The trace; returns its windows as ``results.json`` lists them (the first half of the
     rounds ``code``'s, the second ``mixed``'s)."""
     recs = [{"trace": TRACE_NAME, "host": {"method": "draft_model"}, "settings": {}}]
     step = window = 0
     windows = []
     for rnd in range(40):
-        for policy in ("fixed:0", "fixed:1", "fixed:2", "online"):
+        for policy in policies:
             for _ in range(6):
                 k = int(policy.split(":")[1]) if policy != "online" else 1
                 recs.append({"step": step, "k": k, "batch": B, "policy": policy})
@@ -92,6 +92,19 @@ def test_online_told_the_truth_holds_the_best_k(tmp_path, capsys):
     assert _ratio(out, "online") > 0.98
     assert resim_paired.main([str(path), "--seeds", "2", "--batches", str(B)]) == 0
     assert 0.9 < _ratio(capsys.readouterr().out, "online") <= 1.0
+
+
+def test_the_policy_chooses_among_the_ks_a_fixed_policy_timed(tmp_path, capsys):
+    """A run that timed fixed K = 1 and 2 only: the re-served policy's K stays in 1..2 (a K
+    no fixed policy timed has no steps to serve), every step at one of them."""
+    path = tmp_path / "paired-r1.jsonl"
+    _trace(path, ("fixed:1", "fixed:2", "online"))
+    assert resim_paired.main([str(path), "--seeds", "1", "--batches", str(B), "--show-k"]) == 0
+    out = capsys.readouterr().out
+    m = re.search(r"b4#0\((\d+)\):([\d.]+)\[(\d+),(\d+)\]", out)
+    assert m, out
+    assert int(m.group(3)) + int(m.group(4)) == int(m.group(1)) > 0
+    assert 0.9 < float(m.group(2)) <= 1.0
 
 
 def test_a_trace_without_a_header_is_refused(tmp_path):
