@@ -9,7 +9,8 @@ import pathlib
 import pytest
 from conftest import load_script
 
-from vllm_hust_vspec.adaptive.trace import TRACE_NAME
+from paired_traces import TOKENS, header
+from paired_traces import step as trace_step
 
 pytestmark = pytest.mark.unit
 
@@ -17,23 +18,17 @@ replay_paired_prices = load_script("replay_paired_prices")
 
 B = 2
 # K = 1 commits the most tokens a millisecond: 2, 4 and 5 tokens a step in 20, 31 and 42 ms
-TOKENS = {0: 0.0, 1: 1.0, 2: 1.5}  # accepted per request
-
-
-def ms(k: int) -> float:
-    return 10.0 + 5.0 * B * (1 + k) + 0.5 * k * B
+# (paired_traces: TOKENS accepted per request, roofline_ms)
 
 
 def _trace(path: pathlib.Path) -> None:
-    recs = [{"trace": TRACE_NAME, "host": {"method": "draft_model"}, "settings": {}}]
+    recs = [header()]
     step = 0
     for _round in range(4):
         for policy in ("fixed:0", "fixed:1", "fixed:2", "online"):
             for _ in range(6):
                 k = int(policy.split(":")[1]) if policy != "online" else step % 3
-                recs.append({"step": step, "k": k, "batch": B, "policy": policy})
-                recs.append({"step": step, "drafted": k * B, "accepted": int(TOKENS[k] * B),
-                             "ms": ms(k)})
+                recs += trace_step(step, k, B, policy)
                 step += 1
     path.write_text("\n".join(json.dumps(r) for r in recs) + "\n")
 
@@ -76,16 +71,14 @@ def test_near_judges_each_decision_by_its_own_cells_fixed_ks(tmp_path, capsys, m
     in the second (drafts accepted whole) K = 2.  Prices that pick K = 2 everywhere lose in
     the first cell; pooled over the server the fixed Ks' steps name K = 2 the best for both
     cells and hide it, ``--near`` judges each decision by the fixed steps of its own cell."""
-    recs = [{"trace": TRACE_NAME, "host": {"method": "draft_model"}, "settings": {}}]
+    recs = [header()]
     step = 0
     for accepted in (TOKENS, {0: 0.0, 1: 1.0, 2: 2.0}):
         for _round in range(4):
             for policy in ("fixed:0", "fixed:1", "fixed:2", "online"):
                 for _ in range(6):
                     k = int(policy.split(":")[1]) if policy != "online" else step % 3
-                    recs.append({"step": step, "k": k, "batch": B, "policy": policy})
-                    recs.append({"step": step, "drafted": k * B,
-                                 "accepted": int(accepted[k] * B), "ms": ms(k)})
+                    recs += trace_step(step, k, B, policy, accepted)
                     step += 1
     path = tmp_path / "two-cells.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in recs) + "\n")

@@ -11,33 +11,27 @@ import re
 import pytest
 from conftest import load_script
 
-from vllm_hust_vspec.adaptive.trace import TRACE_NAME
+from paired_traces import header
+from paired_traces import step as trace_step
 
 pytestmark = pytest.mark.unit
 
 resim_paired = load_script("resim_paired")
 
 B = 4
-TOKENS = {0: 0.0, 1: 1.0, 2: 1.5}  # accepted per request
-
-
-def ms(k: int) -> float:
-    return 10.0 + 5.0 * B * (1 + k) + 0.5 * k * B
 
 
 def _trace(path: pathlib.Path, policies=("fixed:0", "fixed:1", "fixed:2", "online")) -> list[dict]:
     """The trace; returns its windows as ``results.json`` lists them (the first half of the
     rounds ``code``'s, the second ``mixed``'s)."""
-    recs = [{"trace": TRACE_NAME, "host": {"method": "draft_model"}, "settings": {}}]
+    recs = [header()]
     step = window = 0
     windows = []
     for rnd in range(40):
         for policy in policies:
             for _ in range(6):
                 k = int(policy.split(":")[1]) if policy != "online" else 1
-                recs.append({"step": step, "k": k, "batch": B, "policy": policy})
-                recs.append({"step": step, "drafted": k * B, "accepted": int(TOKENS[k] * B),
-                             "ms": ms(k)})
+                recs += trace_step(step, k, B, policy)
                 step += 1
             window += 1
             recs.append({"window": window, "round": rnd, "policy": policy, "steps": 6,
