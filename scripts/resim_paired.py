@@ -39,12 +39,22 @@ import numpy as np
 from vllm_hust_vspec import methods
 from vllm_hust_vspec.adaptive.controller import Controller, ControllerConfig
 from vllm_hust_vspec.adaptive.observations import BatchView, StepResult
+from vllm_hust_vspec.tools.argtypes import nonneg_float, positive_int
 from vllm_hust_vspec.tools.trace_picture import TracePictureError, load
 from vllm_hust_vspec.tools.trace_replay import trace_host
 
 NEAR = 300  # steps either side whose fixed-K steps set a step's acceptance rates
 SEED_BATCHES = (1, 4, 16)
 GAP = 1500  # steps without online at a batch after which it is another cell there
+
+
+def _nearest(steps: list[int], s: int, width: int, u: float) -> int:
+    """Of the ``width`` entries of ``steps`` (sorted) nearest to ``s``, the index ``u``
+    (uniform in [0, 1)) names."""
+    i = bisect.bisect_left(steps, s)
+    lo, hi = max(0, i - width // 2), min(len(steps), i + (width + 1) // 2)
+    lo = max(0, min(lo, hi - width))
+    return lo + int(u * (hi - lo))
 
 
 class Server:
@@ -67,6 +77,7 @@ class Server:
         self._rates: dict[tuple, np.ndarray] = {}
         self.common = False  # see ms()
         self._ratio_memo: dict[int, tuple[list[int], list[float]]] = {}
+        self._medians: dict[tuple[int, int, int], float] = {}
         if cells:
             pending: list[int] = []
             for rec in trace.records:
@@ -111,15 +122,9 @@ class Server:
         (a K's times are not drawn from its own windows, minutes apart)."""
         if self.common:
             steps, ratios = self._ratios(b)
-            i = bisect.bisect_left(steps, s)
-            lo, hi = max(0, i - width // 2), min(len(steps), i + (width + 1) // 2)
-            lo = max(0, min(lo, hi - width))
-            return self.median(b, k, s) * ratios[lo + int(u * (hi - lo))]
+            return self.median(b, k, s) * ratios[_nearest(steps, s, width, u)]
         steps, ms, _ = self.pool[(b, k)]
-        i = bisect.bisect_left(steps, s)
-        lo, hi = max(0, i - width // 2), min(len(steps), i + (width + 1) // 2)
-        lo = max(0, min(lo, hi - width))
-        return ms[lo + int(u * (hi - lo))]
+        return ms[_nearest(steps, s, width, u)]
 
     def _ratios(self, b: int) -> tuple[list[int], list[float]]:
         """Every fixed K's steady steps at batch ``b``, in step order, each as its ratio to
@@ -132,35 +137,43 @@ class Server:
         return got
 
     def median(self, b: int, k: int, s: int) -> float:
-        """A fixed K's median steady step time at batch ``b`` within ``NEAR`` steps of ``s``."""
-        steps, ms, _ = self.pool[(b, k)]
-        lo, hi = bisect.bisect_left(steps, s - NEAR), bisect.bisect_right(steps, s + NEAR)
-        if hi - lo < 3:
-            i = bisect.bisect_left(steps, s)
-            lo, hi = max(0, i - 4), min(len(steps), i + 4)
-        return statistics.median(ms[lo:hi])
+        """A fixed K's median steady step time at batch ``b`` within ``NEAR`` steps of ``s``
+        (kept: every policy and seed serves the same steps)."""
+        got = self._medians.get((b, k, s))
+        if got is None:
+            steps, ms, _ = self.pool[(b, k)]
+            lo, hi = bisect.bisect_left(steps, s - NEAR), bisect.bisect_right(steps, s + NEAR)
+            if hi - lo < 3:
+                i = bisect.bisect_left(steps, s)
+                lo, hi = max(0, i - 4), min(len(steps), i + 4)
+            got = self._medians[(b, k, s)] = statistics.median(ms[lo:hi])
+        return got
 
     def rates(self, b: int, s: int) -> np.ndarray:
         """Per-position conditional acceptance at step ``s`` and batch ``b``, solved from the
         fixed Ks' mean accepted tokens per request (clipped to [0.02, 0.98]): over the
         step's workload cell when the cells are known (``--results``: the workload's
-        acceptance, the same all through the cell), else over the steps within ``NEAR``."""
+        acceptance, the same all through the cell), else over the steps within ``NEAR``
+        (kept, by cell or by step: every policy and seed serves the same steps)."""
         cell = self.cell.get(s)
-        if cell is not None and all(len(self.cell_acc[(cell, b, k)]) >= 3
-                                    for k in range(1, self.kmax + 1)):
-            got = self._rates.get((cell, b))
-            if got is None:
-                got = self._rates[(cell, b)] = self._solve(
-                    [statistics.fmean(self.cell_acc[(cell, b, k)]) for k in range(1, self.kmax + 1)])
-            return got
-        means = []
-        for k in range(1, self.kmax + 1):
-            steps, _, acc = self.pool[(b, k)]
-            lo, hi = bisect.bisect_left(steps, s - NEAR), bisect.bisect_right(steps, s + NEAR)
-            if hi - lo < 3:
-                lo, hi = 0, len(steps)
-            means.append(statistics.fmean(acc[lo:hi]) if hi > lo else 0.0)
-        return self._solve(means)
+        ks = range(1, self.kmax + 1)
+        if cell is not None and all(len(self.cell_acc[(cell, b, k)]) >= 3 for k in ks):
+            key: tuple = (cell, b)
+            if key not in self._rates:
+                self._rates[key] = self._solve(
+                    [statistics.fmean(self.cell_acc[(cell, b, k)]) for k in ks])
+            return self._rates[key]
+        key = (b, s)
+        if key not in self._rates:
+            means = []
+            for k in ks:
+                steps, _, acc = self.pool[(b, k)]
+                lo, hi = bisect.bisect_left(steps, s - NEAR), bisect.bisect_right(steps, s + NEAR)
+                if hi - lo < 3:
+                    lo, hi = 0, len(steps)
+                means.append(statistics.fmean(acc[lo:hi]) if hi > lo else 0.0)
+            self._rates[key] = self._solve(means)
+        return self._rates[key]
 
     def _solve(self, means: list[float]) -> np.ndarray:
         """Conditional acceptance per position from the mean accepted tokens of K = 1..kmax."""
@@ -260,18 +273,41 @@ def serve(sv: Server, policy: str, seed: int, a: argparse.Namespace, batches: se
     return cells
 
 
+def _batches(text: str) -> set[int]:
+    try:
+        vals = {int(x) for x in text.split(",")}
+    except ValueError:
+        vals = set()
+    if not vals or min(vals) < 1:
+        raise argparse.ArgumentTypeError(f"want batch sizes, comma-separated, got {text!r}")
+    return vals
+
+
+def _object(text: str) -> dict:
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON: {exc.msg}") from None
+    if not isinstance(doc, dict):
+        raise argparse.ArgumentTypeError("want a JSON object")
+    return doc
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("traces", nargs="+")
     p.add_argument("--policy", default="online")
-    p.add_argument("--batches", default="1,4,16", help="batch sizes judged (default 1,4,16)")
-    p.add_argument("--seeds", type=int, default=4)
-    p.add_argument("--pool", type=int, default=4, help="nearest fixed-K steps a time is drawn from")
-    p.add_argument("--seed-noise", type=float, default=0.1,
+    p.add_argument("--batches", type=_batches, default={1, 4, 16},
+                   help="batch sizes judged (default 1,4,16)")
+    p.add_argument("--seeds", type=positive_int, default=4)
+    p.add_argument("--pool", type=positive_int, default=4,
+                   help="nearest fixed-K steps a time is drawn from")
+    p.add_argument("--seed-noise", type=nonneg_float, default=0.1,
                    help="sd of the log of a seeded probe point around the fixed-K median")
-    p.add_argument("--min-steps", type=int, default=100, help="least steps a judged cell holds")
-    p.add_argument("--extra", type=json.loads, default={}, help="ControllerConfig.extra (JSON)")
-    p.add_argument("--config", type=json.loads, default={},
+    p.add_argument("--min-steps", type=positive_int, default=100,
+                   help="least steps a judged cell holds")
+    p.add_argument("--extra", type=_object, default={}, help="ControllerConfig.extra (JSON)")
+    p.add_argument("--config", type=_object, default={},
                    help="ControllerConfig fields for the policy (JSON), e.g. "
                         "'{\"exploration\": 0.02}'")
     p.add_argument("--cheat", choices=("cost", "accept", "both"), default=None,
@@ -288,13 +324,23 @@ def main(argv: list[str] | None = None) -> int:
                    help="the run's results.json: judge per workload cell (trace paired-rN is "
                         "server round N) instead of per batch size")
     a = p.parse_args(argv)
+    try:
+        Controller(ControllerConfig(kmax=4, policy=a.policy, extra=a.extra, **a.config))
+    except (TypeError, ValueError) as exc:  # an unknown field or keyword, a bad policy
+        p.error(f"--policy/--config/--extra: {exc}")
     windows: dict[int, dict[int, tuple[str, str]]] = collections.defaultdict(dict)
     if a.results:
-        with open(a.results, encoding="utf-8") as f:
-            for w in json.load(f)["paired"]:
-                windows[int(w["server_round"])][int(w["window"])] = (
-                    str(w["workload"]), str(w["concurrency"]))
-    batches = {int(x) for x in a.batches.split(",")}
+        try:
+            with open(a.results, encoding="utf-8") as f:
+                for w in json.load(f)["paired"]:
+                    windows[int(w["server_round"])][int(w["window"])] = (
+                        str(w["workload"]), str(w["concurrency"]))
+        except OSError as exc:
+            p.error(f"--results {a.results}: cannot read: {exc.strerror}")
+        except (ValueError, KeyError, TypeError) as exc:
+            p.error(f"--results {a.results}: not a bench ab results.json with 'paired' windows "
+                    f"(server_round, window, workload, concurrency): {exc!r}")
+    batches = a.batches
     by_batch: dict = collections.defaultdict(list)
     fixed_by: dict = collections.defaultdict(list)
     for path in a.traces:

@@ -18,7 +18,7 @@ import sys
 from dataclasses import dataclass, field
 
 from vllm_hust_vspec.adaptive.generators import KINDS, generate
-from vllm_hust_vspec.adaptive.simulate import simulate
+from vllm_hust_vspec.adaptive.simulate import CostSpec, simulate
 from vllm_hust_vspec.tools.argtypes import positive_int
 
 # targets of issue 3 ("what it must show")
@@ -71,7 +71,7 @@ class Cell:
 
 
 def measure(kind: str, seed: int, policies: tuple[str, ...] = ("online",), scale: float = 1.0,
-            draws: int = 1, drift: float = 0.0, drift_steps: float = 500.0) -> Cell:
+            draws: int = 1, drift: float = 0.0, drift_steps: float = CostSpec.drift_steps) -> Cell:
     """One cell; ``draws`` > 1 averages every goodput over that many step-time noise draws
     on the same trace (simulator seeds ``seed``, ``seed + 1000``, ...): one draw of a short
     cell moves online / best fixed K by a few percent (stationary-high seed 1 over 6 draws:
@@ -125,8 +125,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--drift", type=float, default=0.0, metavar="SD",
                         help="the machine's speed drifts while serving: stationary sd of its log "
                              "(the CPU host: about 0.1; default 0, none)")
-    parser.add_argument("--drift-steps", type=float, default=500.0, metavar="N",
-                        help="the drift's correlation time in steps (default 500)")
+    parser.add_argument("--drift-steps", type=float, default=CostSpec.drift_steps, metavar="N",
+                        help=f"the drift's correlation time in steps (default {CostSpec.drift_steps:g})")
     args = parser.parse_args(argv)
     policies = tuple(dict.fromkeys(["online", *[p for p in args.policies.split(",") if p]]))
     if args.drift < 0.0 or args.drift_steps < 1.0:

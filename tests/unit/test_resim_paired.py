@@ -106,3 +106,36 @@ def test_a_trace_without_a_header_is_refused(tmp_path):
     path.write_text(json.dumps({"step": 0, "k": 1, "batch": 1, "policy": "online"}) + "\n")
     with pytest.raises(SystemExit, match="header: not a decision trace"):
         resim_paired.main([str(path)])
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["--pool", "0"], "argument --pool: expected a positive integer, got '0'"),
+    (["--seed-noise", "-1"], "argument --seed-noise: expected a number >= 0, got '-1'"),
+    (["--batches", "4,x"], "argument --batches: want batch sizes, comma-separated, got '4,x'"),
+    (["--extra", "[1]"], "argument --extra: want a JSON object"),
+    (["--config", '{"nope": 1}'], "--policy/--config/--extra: "),
+    (["--results", "/nonexistent/results.json"],
+     "--results /nonexistent/results.json: cannot read: No such file or directory"),
+])
+def test_bad_arguments_are_refused_before_anything_runs(tmp_path, capsys, args, needle):
+    path = tmp_path / "paired-r1.jsonl"
+    _trace(path)
+    with pytest.raises(SystemExit) as exc:
+        resim_paired.main([str(path), *args])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert needle in err and "Traceback" not in err
+    if "--config" in args:
+        assert "'nope'" in err
+
+
+def test_a_results_file_without_paired_windows_is_refused(tmp_path, capsys):
+    path = tmp_path / "paired-r1.jsonl"
+    _trace(path)
+    results = tmp_path / "results.json"
+    results.write_text(json.dumps({"runs": []}))
+    with pytest.raises(SystemExit) as exc:
+        resim_paired.main([str(path), "--results", str(results)])
+    assert exc.value.code == 2
+    assert f"--results {results}: not a bench ab results.json with 'paired' windows" in (
+        capsys.readouterr().err)

@@ -58,8 +58,8 @@ COST_KEYS = (
     "draft_min_steps",
     "noise",
 )
-# optional cost keys (default): the machine's speed drifting while it serves
-DRIFT_KEYS = {"drift": 0.0, "drift_steps": 500.0}
+# optional cost keys (defaults: CostSpec's): the machine's speed drifting while it serves
+DRIFT_KEYS = ("drift", "drift_steps")
 _HEADER_KEYS = {"format", "version", "kmax", "max_num_seqs", "cost", "seed", "meta"}
 _REQUEST_KEYS = {"id", "arrival_s", "accept_len", "p", "conf"}
 
@@ -284,9 +284,8 @@ def _parse_header(obj: Mapping[str, Any], where: str) -> TraceHeader:
         raise TraceError(f"{cwhere}: key '{missing[0]}' is missing")
     values = {k: _number(cost, k, cwhere) for k in COST_KEYS if k != "draft_min_steps"}
     dms = _integer(cost, "draft_min_steps", cwhere, 0, kmax)
-    for key, default in DRIFT_KEYS.items():
-        values[key] = _number(cost, key, cwhere) if key in cost else default
-    if values["drift_steps"] < 1.0:
+    values.update({key: _number(cost, key, cwhere) for key in DRIFT_KEYS if key in cost})
+    if values.get("drift_steps", CostSpec.drift_steps) < 1.0:
         raise TraceError(f"{cwhere}: key 'drift_steps' must be at least 1 step, "
                          f"got {values['drift_steps']!r}")
     spec = CostSpec(draft_min_steps=dms, **values)
