@@ -39,7 +39,7 @@ import numpy as np
 from vllm_hust_vspec import methods
 from vllm_hust_vspec.adaptive.controller import Controller, ControllerConfig
 from vllm_hust_vspec.adaptive.observations import BatchView, StepResult
-from vllm_hust_vspec.tools.argtypes import nonneg_float, positive_int
+from vllm_hust_vspec.tools.argtypes import json_object, nonneg_float, positive_int
 from vllm_hust_vspec.tools.trace_picture import TracePictureError, load
 from vllm_hust_vspec.tools.trace_replay import trace_host
 
@@ -283,16 +283,6 @@ def _batches(text: str) -> set[int]:
     return vals
 
 
-def _object(text: str) -> dict:
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise argparse.ArgumentTypeError(f"not JSON: {exc.msg}") from None
-    if not isinstance(doc, dict):
-        raise argparse.ArgumentTypeError("want a JSON object")
-    return doc
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("traces", nargs="+")
@@ -306,8 +296,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="sd of the log of a seeded probe point around the fixed-K median")
     p.add_argument("--min-steps", type=positive_int, default=100,
                    help="least steps a judged cell holds")
-    p.add_argument("--extra", type=_object, default={}, help="ControllerConfig.extra (JSON)")
-    p.add_argument("--config", type=_object, default={},
+    p.add_argument("--extra", type=json_object, default={}, help="ControllerConfig.extra (JSON)")
+    p.add_argument("--config", type=json_object, default={},
                    help="ControllerConfig fields for the policy (JSON), e.g. "
                         "'{\"exploration\": 0.02}'")
     p.add_argument("--cheat", choices=("cost", "accept", "both"), default=None,

@@ -25,14 +25,13 @@ docs/benchmarks.md). ``--cost``/``--acceptance`` pass keyword arguments to the e
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 import numpy as np
 
 from vllm_hust_vspec.adaptive.controller import Controller, ControllerConfig
 from vllm_hust_vspec.adaptive.observations import BatchView, StepResult
-from vllm_hust_vspec.tools.argtypes import nonneg_float, positive_int
+from vllm_hust_vspec.tools.argtypes import json_object, nonneg_float, positive_int
 
 #: steady step ms by batch and K (0..4), fixed policies, paired server, AVX2 EPYC
 STEP_MS = {1: (23.7, 28.0, 32.4, 36.3, 40.3), 4: (31.1, 42.6, 48.7, 56.4, 66.5),
@@ -116,16 +115,6 @@ def _batches(text: str) -> tuple[int, ...]:
     return vals
 
 
-def _json(text: str) -> dict:
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise argparse.ArgumentTypeError(f"not JSON: {exc.msg}") from None
-    if not isinstance(doc, dict):
-        raise argparse.ArgumentTypeError("want a JSON object")
-    return doc
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--policy", default="online")
@@ -137,8 +126,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--accept", type=_floats, default=CODE_ACCEPT, metavar="A1,A2,A3,A4")
     p.add_argument("--noise", type=nonneg_float, default=0.10)
     p.add_argument("--drift", type=nonneg_float, default=0.0)
-    p.add_argument("--cost", type=_json, default=None, metavar="JSON")
-    p.add_argument("--acceptance", type=_json, default=None, metavar="JSON")
+    p.add_argument("--cost", type=json_object, default=None, metavar="JSON")
+    p.add_argument("--acceptance", type=json_object, default=None, metavar="JSON")
     a = p.parse_args(argv)
     try:
         Controller(ControllerConfig(kmax=4, policy=a.policy, extra=_extra(a)))

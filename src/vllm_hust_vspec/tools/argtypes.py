@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 
 
 def positive_int(text: str) -> int:
@@ -34,3 +35,14 @@ def positive_float(text: str) -> float:
     if not v > 0:
         raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
     return v
+
+
+def json_object(text: str) -> dict:
+    """A JSON object (keyword arguments handed on to a constructor)."""
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON: {exc.msg}") from None
+    if not isinstance(doc, dict):
+        raise argparse.ArgumentTypeError("want a JSON object")
+    return doc
