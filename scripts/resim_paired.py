@@ -39,6 +39,7 @@ import numpy as np
 from vllm_hust_vspec import methods
 from vllm_hust_vspec.adaptive.controller import Controller, ControllerConfig
 from vllm_hust_vspec.adaptive.observations import BatchView, StepResult
+from vllm_hust_vspec.fileio import write_atomic
 from vllm_hust_vspec.tools.argtypes import json_object, nonneg_float, positive_int
 from vllm_hust_vspec.tools.trace_picture import TracePictureError, load
 from vllm_hust_vspec.tools.trace_replay import trace_host
@@ -310,6 +311,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="print the policy's steps at each K per cell")
     p.add_argument("--show-fixed", action="store_true",
                    help="print each fixed K / best fixed K per cell too")
+    p.add_argument("--json-out", default=None, metavar="FILE",
+                   help="also write every (trace, seed, cell) ratio to FILE (JSON), for "
+                        "scripts/resim_compare.py: two runs on the same traces and seeds "
+                        "compared on common random numbers")
     p.add_argument("--results", default=None,
                    help="the run's results.json: judge per workload cell (trace paired-rN is "
                         "server round N) instead of per batch size")
@@ -331,6 +336,7 @@ def main(argv: list[str] | None = None) -> int:
             p.error(f"--results {a.results}: not a bench ab results.json with 'paired' windows "
                     f"(server_round, window, workload, concurrency): {exc!r}")
     batches = a.batches
+    rows: list[dict] = []  # --json-out
     by_batch: dict = collections.defaultdict(list)
     fixed_by: dict = collections.defaultdict(list)
     for path in a.traces:
@@ -351,9 +357,19 @@ def main(argv: list[str] | None = None) -> int:
                     for k in sv.ks:
                         fixed_by[(name, k)].append(fixed[k][cell][0] / fixed[k][cell][1] / best)
                 by_batch[name if a.results else cell[0]].append(r)
+                rows.append({"trace": sv.path, "seed": seed, "cell": name, "steps": n,
+                             "ratio": r})
                 line.append(f"{name}({n}):{r:.3f}" + (
                     "[" + ",".join(str(kcount[k]) for k in sv.ks) + "]" if a.show_k else ""))
         print(sv.path, " ".join(line))
+    if a.json_out:
+        doc = {"format": "vspec-resim", "version": 1, "policy": a.policy, "config": a.config,
+               "extra": a.extra, "cheat": a.cheat, "common_speed": a.common_speed,
+               "results": a.results, "rows": rows}
+        try:
+            write_atomic(a.json_out, json.dumps(doc, indent=1) + "\n")
+        except OSError as exc:
+            p.error(f"--json-out {a.json_out}: cannot write: {exc.strerror}")
     every = [r for v in by_batch.values() for r in v]
     if every:
         print(f"all: {a.policy} / best fixed K mean {statistics.fmean(every):.4f} "

@@ -11,8 +11,7 @@ import re
 import pytest
 from conftest import load_script
 
-from paired_traces import header
-from paired_traces import step as trace_step
+from paired_traces import rotation_trace
 
 pytestmark = pytest.mark.unit
 
@@ -22,24 +21,7 @@ B = 4
 
 
 def _trace(path: pathlib.Path, policies=("fixed:0", "fixed:1", "fixed:2", "online")) -> list[dict]:
-    """The trace; returns its windows as ``results.json`` lists them (the first half of the
-    rounds ``code``'s, the second ``mixed``'s)."""
-    recs = [header()]
-    step = window = 0
-    windows = []
-    for rnd in range(40):
-        for policy in policies:
-            for _ in range(6):
-                k = int(policy.split(":")[1]) if policy != "online" else 1
-                recs += trace_step(step, k, B, policy)
-                step += 1
-            window += 1
-            recs.append({"window": window, "round": rnd, "policy": policy, "steps": 6,
-                         "tokens": 0, "ms": 0.0, "batch": B})
-            windows.append({"server_round": 1, "window": window, "concurrency": B,
-                            "workload": "code" if rnd < 20 else "mixed", "policy": policy})
-    path.write_text("\n".join(json.dumps(r) for r in recs) + "\n")
-    return windows
+    return rotation_trace(path, policies, B)
 
 
 def _ratio(out: str, policy: str) -> float:
