@@ -469,20 +469,25 @@ def _drift_then_hold(speed_drift: float, seed: int = 3) -> StepCostModel:
 
 def test_a_k_not_served_for_a_while_is_priced_at_todays_speed():
     """The machine's speed drifts the same for every K: K = 2, last served in slow minutes,
-    is priced at today's speed like the held K = 1, so the ratio of their prices is the one
-    measured side by side (within 5 %); without the speed factor (``speed_drift=0``) K = 2
-    keeps the slow minutes' price and looks 15 % or more dearer against K = 1 than it is."""
+    is priced at today's speed like the held K = 1, so the ratio of their prices is near the
+    one measured side by side; without the speed factor (``speed_drift=0``) K = 2 keeps the
+    slow minutes' price and looks 28-32 % dearer against K = 1 than it is.  Near, not equal:
+    the held K's cell follows its own steps at ``TRACKED_CELL_WEIGHT`` (0.05, for the drift
+    that is one K's own on the real engine) and so takes a part of a drift only it was served
+    through: K = 2 7-8 % dear here (at 0.01 it was within 5 %), a quarter of the error
+    without the speed factor."""
     from vllm_hust_vspec.adaptive.estimators import SPEED_DRIFT
 
     truth = _roofline(4, 12, 2) / _roofline(4, 8, 1)
     for seed in range(4):
         m = _drift_then_hold(SPEED_DRIFT, seed)
         p1, p2 = m.predict_uniform(4, (1, 2))
-        assert p2 / p1 == pytest.approx(truth, rel=0.05)
+        assert 1.0 < p2 / p1 / truth < 1.1
         assert p1 == pytest.approx(_roofline(4, 8, 1), rel=0.05)  # today's price of the held K
         assert m.speed == pytest.approx(1 / 1.3, rel=0.1)
         q1, q2 = _drift_then_hold(0.0, seed).predict_uniform(4, (1, 2))
-        assert q2 / q1 > 1.15 * truth
+        assert q2 / q1 > 1.25 * truth
+        assert (q2 / q1 / truth - 1.0) > 3.0 * (p2 / p1 / truth - 1.0)
 
 
 def test_the_speed_factor_follows_drift_not_noise_nor_a_catch_up():
