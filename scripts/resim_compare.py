@@ -36,7 +36,7 @@ import math
 import statistics
 import sys
 
-FORMAT = "vspec-resim"
+from resim_paired import RESIM_FORMAT as FORMAT
 
 
 class CompareError(ValueError):

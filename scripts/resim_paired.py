@@ -30,6 +30,7 @@ import argparse
 import bisect
 import collections
 import json
+import os
 import re
 import statistics
 import sys
@@ -47,6 +48,7 @@ from vllm_hust_vspec.tools.trace_replay import trace_host
 NEAR = 300  # steps either side whose fixed-K steps set a step's acceptance rates
 SEED_BATCHES = (1, 4, 16)
 GAP = 1500  # steps without online at a batch after which it is another cell there
+RESIM_FORMAT = "vspec-resim"  # --json-out's "format" (read by resim_compare.py)
 
 
 def _nearest(steps: list[int], s: int, width: int, u: float) -> int:
@@ -323,6 +325,9 @@ def main(argv: list[str] | None = None) -> int:
         Controller(ControllerConfig(kmax=4, policy=a.policy, extra=a.extra, **a.config))
     except (TypeError, ValueError) as exc:  # an unknown field or keyword, a bad policy
         p.error(f"--policy/--config/--extra: {exc}")
+    if a.json_out and not os.path.isdir(os.path.dirname(a.json_out) or "."):
+        # refused now, not after minutes of re-simulation
+        p.error(f"--json-out {a.json_out}: no directory {os.path.dirname(a.json_out)}")
     windows: dict[int, dict[int, tuple[str, str]]] = collections.defaultdict(dict)
     if a.results:
         try:
@@ -363,7 +368,7 @@ def main(argv: list[str] | None = None) -> int:
                     "[" + ",".join(str(kcount[k]) for k in sv.ks) + "]" if a.show_k else ""))
         print(sv.path, " ".join(line))
     if a.json_out:
-        doc = {"format": "vspec-resim", "version": 1, "policy": a.policy, "config": a.config,
+        doc = {"format": RESIM_FORMAT, "version": 1, "policy": a.policy, "config": a.config,
                "extra": a.extra, "cheat": a.cheat, "common_speed": a.common_speed,
                "results": a.results, "rows": rows}
         try:

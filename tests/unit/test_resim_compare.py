@@ -1,6 +1,6 @@
 """``scripts/resim_compare.py`` over ``resim_paired.py --json-out`` files of two paired traces
-written here (fixed K = 0..2 and online taking turns at batch 4, the test_resim_paired.py
-trace): the paired differences, their error over the traces, and the refusals."""
+written here (fixed K = 0..2 and online taking turns at batch 4,
+``paired_traces.rotation_trace``): the paired differences, their error over the traces, and the refusals."""
 
 from __future__ import annotations
 

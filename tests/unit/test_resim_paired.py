@@ -98,6 +98,7 @@ def test_a_trace_without_a_header_is_refused(tmp_path):
     (["--config", '{"nope": 1}'], "--policy/--config/--extra: "),
     (["--results", "/nonexistent/results.json"],
      "--results /nonexistent/results.json: cannot read: No such file or directory"),
+    (["--json-out", "/nonexistent/a.json"], "--json-out /nonexistent/a.json: no directory /nonexistent"),
 ])
 def test_bad_arguments_are_refused_before_anything_runs(tmp_path, capsys, args, needle):
     path = tmp_path / "paired-r1.jsonl"

@@ -546,8 +546,9 @@ class StepCostModel:
         30 %), and the step is stored divided by the speed before it.  A cell's mean then
         follows its steps by at least ``tracked_cell_weight`` (0.05), not ``cell_weight``
         (0.1): the speed takes the drift and the cells keep their levels relative to each
-        other, each still following what is its own.  So a K not served for minutes is priced at today's speed, as the held K is,
-        instead of at the speed of the minutes it was last served in.  Why: in a paired run
+        other, each still following what is its own.  So a K not served for minutes is
+        priced at today's speed, as the held K is, instead of at the speed of the minutes it
+        was last served in.  Why: in a paired run
         on the CPU host online held K = 1 at batch 4 for 207 decisions with K = 2 priced at
         56 ms, its mean from minutes before, while K = 2 steps took 45-55 ms there (K = 1
         priced 39-42 against 38-45): K = 2 was 7 % faster.  Replayed through the online
