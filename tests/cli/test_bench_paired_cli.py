@@ -111,3 +111,56 @@ def test_beliefs_read_the_traces_next_to_the_results(tmp_path):
     proc = _run(str(res), "--beliefs")
     assert proc.returncode == 2 and proc.stdout == ""
     assert f"{tmp_path / 'traces' / 'paired-r1.jsonl'}:4" in proc.stderr and "batch" in proc.stderr
+
+
+def test_a_waves_run_written_before_the_rows_is_judged_at_a_common_speed_from_its_traces(tmp_path):
+    """A results file whose windows carry no ``by_k`` (written before the engine kept them)
+    with its decision trace next to it: the rows are rebuilt from the trace's steps and the
+    common-speed tables follow the measured ones. Online holds fixed K = 2's K at batch 4;
+    round 2's online window ran 1.3 x slower (a slow spell): measured, its ratio is 0.77 in
+    that round, at the common speed 1.000 in every round."""
+    recs = [{"trace": "vspec-decisions", "version": 1, "settings": {}}]
+    windows = []
+    step = 0
+    for rnd, slow in ((1, 1.0), (2, 1.3), (3, 1.0)):
+        for n, (policy, k, base) in enumerate((("fixed:1", 1, 40.0), ("fixed:2", 2, 46.0),
+                                               ("online", 2, 46.0)), 1):
+            ms = base * (slow if policy == "online" else 1.0)
+            number = 3 * (rnd - 1) + n
+            for _ in range(10):
+                step += 1
+                recs.append({"step": step, "batch": 4, "k": k,
+                             "policy": "online" if policy == "online" else "fixed",
+                             "reason": "x"})
+                recs.append({"step": step, "drafted": 4 * k, "accepted": 2 * k, "ms": ms})
+            tokens = 10 * (4 + 2 * k)
+            rec = {"window": number, "round": rnd, "policy": policy, "steps": 10,
+                   "tokens": tokens, "ms": 10 * ms, "batch": 4.0,
+                   "by_batch": [[4, 10, tokens, 10 * ms]], "wave_steps": 12,
+                   "wave_ms": 10 * ms + 200.0}
+            recs.append(rec)
+            windows.append(Window("code", 4, 0, 1, number, rnd, policy, 10, tokens, 10 * ms,
+                                  4.0, 0.3, ((4, 10, tokens, 10 * ms),), 12, 10 * ms + 200.0))
+    res = tmp_path / "results.json"
+    _results(res, windows)
+    (tmp_path / "traces").mkdir()
+    trace = tmp_path / "traces" / "paired-r1.jsonl"
+    trace.write_text("".join(json.dumps(x) + "\n" for x in recs))
+    proc = _run(str(res))
+    assert proc.returncode == 0, proc.stderr
+    measured, common = proc.stdout.split("## At a common machine speed")
+    head = "| code | 4 | fixed:2 | online |"
+    (row,) = [line for line in measured.splitlines() if line.startswith(head)]
+    assert "| 1.000 [0.885-1.000] (3) |" in row
+    (row,) = [line for line in common.splitlines() if line.startswith(head)]
+    median, quartiles = row.split("|")[6].split()[:2]
+    # a window's speed is shrunk by one step's weight in its 10: 1.3 leaves about 1.02
+    assert median == "1.000" and float(quartiles.strip("[").split("-")[0]) > 0.98
+    assert "not recorded (a run before it was)" in common
+    # the check: online's steps against fixed K = 2's at batch 4 and K = 2, 1.3 x in one
+    # window of three (exp of the mean log: 1.091), there being no policy_ms in these records
+    assert "online 1.091 (+-0.087, 3 windows)" in common
+    # without the trace: the measured tables alone
+    trace.unlink()
+    proc = _run(str(res))
+    assert proc.returncode == 0 and "common machine speed" not in proc.stdout

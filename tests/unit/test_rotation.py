@@ -38,7 +38,31 @@ def test_a_window_leaves_out_its_first_step_and_prefill_steps():
     # window 1 (steps 1-4) is complete once a step of window 2 is out and none of its own
     # pends; windows of decisions are no waves: no whole-wave time
     assert records == [{"window": 1, "round": 1, "policy": "a", "steps": 2, "tokens": 10,
-                        "ms": 20.0, "batch": 2.0, "by_batch": [[2, 2, 10, 20.0]]}]
+                        "ms": 20.0, "batch": 2.0, "by_batch": [[2, 2, 10, 20.0]],
+                        "by_k": [], "policy_ms": 0.0}]
+
+
+def test_steady_steps_are_kept_by_batch_and_k_as_geometric_means():
+    """``by_k``: the measured steps the engine called steady (one K verified and drafted),
+    by (batch, K), with their geometric mean time; the settling step, prefill steps and
+    steps of no steady K stay out of it (they still count in ``by_batch``)."""
+    rot = Rotation(["a", "b"], window=6)
+    records = []
+    plan = [(2, 10.0, 1, False), (2, 11.0, 1, False), (2, 41.0, 1, False),
+            (3, 30.0, None, False), (2, 99.0, 1, True), (3, 12.0, 2, False)]
+    for step, (batch, ms, k, prefill) in enumerate(plan, 1):
+        rot.decision(step)
+        # a step's own-work time (1 ms; 0.5 in the last) is kept apart, out of by_k's times
+        records += rot.output(step, batch=batch, tokens=4, cycle_ms=ms, prefill=prefill,
+                              steady_k=k, policy_ms=0.5 if step == 6 else 1.0)
+    rot.decision(7)
+    records += rot.output(7, batch=1, tokens=1, cycle_ms=5.0)
+    (rec,) = records
+    # step 1 settles, step 5 ran a prefill; steps 2 and 3: batch 2, K = 1, 10 and 40 ms less
+    # their 1 ms each, geometric mean 20
+    assert rec["by_k"] == [[2, 1, 2, 20.0], [3, 2, 1, 11.5]]
+    assert rec["by_batch"] == [[2, 2, 8, 52.0], [3, 2, 8, 42.0]]
+    assert rec["policy_ms"] == 3.5
 
 
 def test_an_output_pending_across_the_boundary_holds_the_window_open():
@@ -174,6 +198,12 @@ def test_the_engine_hands_each_window_to_its_policy_and_traces_its_speed(tmp_pat
     # 3 measured steps each; each step 2 requests x (1 token + 1 accepted draft)
     assert [(w["steps"], w["tokens"], w["batch"]) for w in windows] == [(3, 12, 2.0)] * 3
     assert all(w["ms"] > 0 for w in windows)
+    # the measured steps verified and drafted at the window's fixed K; the stand-in
+    # scheduler's steps take next to no time, the policy's own work (kept apart in
+    # policy_ms, out of by_k's times) most of it, so a step may leave none for by_k
+    assert [[row[:2] for row in w["by_k"]] for w in windows] == [[[2, 1]], [[2, 3]], [[2, 3]]]
+    assert all(1 <= row[2] <= 3 and row[3] > 0 for w in windows for row in w["by_k"])
+    assert all(0 < w["policy_ms"] <= w["ms"] for w in windows)
     decisions = [r for r in records if "k" in r and "policy" in r and "window" not in r]
     assert {(r["policy"], r["k"]) for r in decisions} == {("fixed", 1), ("fixed", 3)}
 

@@ -137,6 +137,10 @@ class EngineRuntime:
         self.rotation = (Rotation(entries, settings.adaptive_compare_window,
                                   settings.adaptive_compare_waves) if entries
                          else None)
+        # the paired comparison: the time spent on the deciding policy's own work (its
+        # observation of the step before, its decision, its trace records) since the last
+        # output, which the cycle ending at the next output pays (ms)
+        self._policy_ms = 0.0
         self._parts = [self._parts_for(entry_settings(settings, e), host_table)
                        for e in entries]
         # draft confidences: asked of the workers only when the controller uses them, and only
@@ -263,6 +267,7 @@ class EngineRuntime:
                 if self.step == self._inject_at:
                     raise RuntimeError(f"fault injected at step {self.step} "
                                        "(adaptive_inject_fault)")
+                t0 = time.perf_counter()
                 if self.rotation is not None:
                     index = self.rotation.decision(self.step, [
                         (r.request_id, r.prompt_token_ids or ()) for r in running]
@@ -273,6 +278,7 @@ class EngineRuntime:
                                      None if self.ledger is None else self.ledger.pending)
                 t = time.perf_counter()
                 self._flush_records()  # before the clock opens: a fault here opens no step
+                self._policy_ms += (time.perf_counter() - t0) * 1000.0
                 self.clock.open(self.step, d.k, t)
                 return d.k_host
             except Exception:
@@ -533,8 +539,11 @@ class EngineRuntime:
                 some = False
             # a policy's windows pay its resumes: only prefill steps are left out (of the
             # decode measurement; the wave's whole time counts them)
+            steady = clocked.k_verified == clocked.k_drafted and timed_ms is not None
             self.outputs.records(self.rotation.output(
-                clocked.step, batch, tokens, clocked.cycle_ms, prefill=prefill))
+                clocked.step, batch, tokens, clocked.cycle_ms, prefill=prefill,
+                steady_k=clocked.k_drafted if steady else None, policy_ms=self._policy_ms))
+        t0 = time.perf_counter()
         controller.observe(StepResult(
             step=clocked.step, batch_size=batch, k_verified=clocked.k_verified, results=(),
             wall_ms=timed_ms,
@@ -546,6 +555,8 @@ class EngineRuntime:
             context_lens=verified.context_lens if some else None,
             first=verified.first if some else None, catch_up=catch_up))
         self._flush_records()
+        # the next cycle pays this observation (and the next decision: _decide adds it)
+        self._policy_ms = (time.perf_counter() - t0) * 1000.0
 
     def _trip(self, where: str) -> None:
         """A controller call raised (inside ``except``): the engine falls back to its safe K."""

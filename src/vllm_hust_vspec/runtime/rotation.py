@@ -25,7 +25,8 @@ also ran a prefill are left out too (their cost is the prompt's, the same whatev
 policy).  When a window is complete its record goes to the decision trace::
 
     {"window": n, "round": r, "policy": "fixed:2", "steps": 14, "tokens": 61,
-     "ms": 301.2, "batch": 3.9, "by_batch": [[3, 2, 9, 43.0], [4, 12, 52, 258.2]]}
+     "ms": 301.2, "batch": 3.9, "by_batch": [[3, 2, 9, 43.0], [4, 12, 52, 258.2]],
+     "by_k": [[4, 2, 10, 21.2]], "policy_ms": 0.8}
 
 ``tokens`` are the tokens the measured steps produced (one per decoding request plus its
 accepted drafts), ``ms`` their engine cycle time (output to output; an idle wait counts as
@@ -33,6 +34,13 @@ the step's window plus the engine's usual overhead), ``batch`` the mean decoding
 ``by_batch`` the same sums split by the steps' decoding batch (``[batch, steps, tokens,
 ms]`` rows): the comparison sets each window against what the steps of every policy made at
 the same batch (windows of one round fall in different parts of a load's fill and drain).
+``by_k`` holds the steady steps among them (verified and drafted at one K, nothing caught
+up) as ``[batch, K, steps, geometric mean ms]`` rows, their time less the policy's own work
+in it, and ``policy_ms`` that work over the measured steps (the deciding policy's
+observation of the step before, its decision and its trace records: a cycle of the engine
+pays both): steps at the same batch and K cost the same whatever the policy, so the
+comparison reads from them how fast the machine ran in each window, leaving each policy's
+own time as it was (``tools/paired_speed.py``).
 With waves a record also has ``wave_steps`` and ``wave_ms``: every step of the wave, its
 prefill steps and the first one included, the time a client waits for the wave's tokens.
 Every policy of a round serves the same tokens, so the ratio of two policies' ``wave_ms``
@@ -47,6 +55,7 @@ Pure Python (no vLLM import).
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -64,6 +73,10 @@ class _Window:
     # the measured steps' sums by decoding batch: batch -> [steps, tokens, ms] (the record's
     # totals are their sums)
     by_batch: dict[int, list] = dataclasses.field(default_factory=dict)
+    # the steady measured steps (verified and drafted at one K, no catch-up) by (batch, K):
+    # [steps, sum of ln ms]
+    by_k: dict[tuple[int, int], list] = dataclasses.field(default_factory=dict)
+    policy_ms: float = 0.0  # the measured steps' time spent on the policy's own work
     first_step: int | None = None  # the window's first decision (its step number)
     after: int | None = None  # the policy of the window before (None: the first window)
     # every step of the window, its prefill and settling steps included: (steps, ms)
@@ -77,7 +90,10 @@ class _Window:
                "steps": steps, "tokens": sum(t for _b, (_n, t, _ms) in rows),
                "ms": round(sum(ms for _b, (_n, _t, ms) in rows), 3),
                "batch": round(sum(b * n for b, (n, _t, _ms) in rows) / steps, 3) if steps else 0.0,
-               "by_batch": [[b, n, t, round(ms, 3)] for b, (n, t, ms) in rows]}
+               "by_batch": [[b, n, t, round(ms, 3)] for b, (n, t, ms) in rows],
+               "by_k": [[b, k, n, round(math.exp(logs / n), 4)]
+                        for (b, k), (n, logs) in sorted(self.by_k.items())],
+               "policy_ms": round(self.policy_ms, 3)}
         if waves:  # the whole wave, prompts included: what a client waits for
             rec["wave_steps"] = self.all_steps
             rec["wave_ms"] = round(self.all_ms, 3)
@@ -172,11 +188,18 @@ class Rotation:
                 and w.after != w.index and step < w.first_step + SETTLE_STEPS)
 
     def output(self, step: int, batch: int, tokens: int, cycle_ms: float | None,
-               prefill: bool = False) -> list[dict[str, Any]]:
+               prefill: bool = False, steady_k: int | None = None,
+               policy_ms: float = 0.0) -> list[dict[str, Any]]:
         """Step ``step``'s output: ``batch`` decoding requests produced ``tokens`` tokens in
         ``cycle_ms`` (None: not timed); a step that also ran a prefill (``prefill``) counts
-        only in the wave's whole time (``wave_ms``), not in the decode measurement.  Returns
-        the records of the windows now complete."""
+        only in the wave's whole time (``wave_ms``), not in the decode measurement.
+        ``steady_k``: the K of a step that verified and drafted at that one K and caught
+        nothing up (None otherwise): such measured steps also go to the record's ``by_k``
+        rows, from which the comparison estimates each window's machine speed.
+        ``policy_ms``: the part of ``cycle_ms`` the plugin spent on the deciding policy's
+        own work (its observation of the step before, its decision, its trace records),
+        kept apart (``policy_ms``) and out of the ``by_k`` times.  Returns the records of the
+        windows now complete."""
         w = self._by_step.pop(step, None)
         if w is None:
             return []
@@ -189,6 +212,12 @@ class Rotation:
             row[0] += 1
             row[1] += int(tokens)
             row[2] += float(cycle_ms)
+            own = min(max(float(policy_ms), 0.0), float(cycle_ms))
+            w.policy_ms += own
+            if steady_k is not None and cycle_ms - own > 0:
+                cell = w.by_k.setdefault((int(batch), int(steady_k)), [0, 0.0])
+                cell[0] += 1
+                cell[1] += math.log(float(cycle_ms) - own)
         return self._complete()
 
     def _complete(self) -> list[dict[str, Any]]:

@@ -219,6 +219,7 @@ def add_paired_args(p: argparse.ArgumentParser) -> None:
 
 
 def run_paired(a: argparse.Namespace, extra: Sequence[str]) -> int:
+    from vllm_hust_vspec.tools import paired_speed
     from vllm_hust_vspec.tools.bench_paired import combine, markdown, window_from_dict
     from vllm_hust_vspec.tools.bench_results import load_results
 
@@ -230,8 +231,10 @@ def run_paired(a: argparse.Namespace, extra: Sequence[str]) -> int:
         if not doc.get("paired"):
             raise BenchError(f"{path}: no paired windows (a bench ab run without the paired "
                              "configuration)")
-        runs.append([window_from_dict(w, f"{path}: paired[{i}]")
-                     for i, w in enumerate(doc["paired"])])
+        windows = [window_from_dict(w, f"{path}: paired[{i}]")
+                   for i, w in enumerate(doc["paired"])]
+        # runs written before the engine kept each window's steady steps: from the traces
+        runs.append(paired_speed.fill_from_traces(pathlib.Path(path), windows))
     if a.beliefs:
         from vllm_hust_vspec.tools import paired_beliefs
 

@@ -49,12 +49,18 @@ inside a round and summarised over rounds:
   index credits: across servers online ran 0.84-0.90 x target-only there in three demo
   runs, paired decode steps said 1.05-1.17 x fixed K = 0, whole waves 0.95.
 
+* at a common machine speed, where the windows kept their steady steps (``by_k``): the
+  tables again with each window's time at its cell's common machine speed, the policy's own
+  work kept as measured (:mod:`.paired_speed`). Why: the windows of one round still ran 8-10 %
+  apart in machine speed on the CPU host, which the rounds' pairing does not take out.
+
 ``results.json`` holds the window records under ``"paired"``.  Pure Python (no vLLM import).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import random
 import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -62,11 +68,13 @@ from typing import Any
 
 from vllm_hust_vspec import checks
 from vllm_hust_vspec.errors import VspecError
+from vllm_hust_vspec.tools import paired_speed
 
 WINDOW_KEYS = ("workload", "concurrency", "phase", "server_round", "window", "round", "policy",
-               "steps", "tokens", "ms", "batch", "load_1m", "by_batch", "wave_steps", "wave_ms")
+               "steps", "tokens", "ms", "batch", "load_1m", "by_batch", "wave_steps", "wave_ms",
+               "by_k", "policy_ms")
 # absent from records written before them (wave_*: and from windows that are not waves)
-OPTIONAL_KEYS = ("load_1m", "by_batch", "wave_steps", "wave_ms")
+OPTIONAL_KEYS = ("load_1m", "by_batch", "wave_steps", "wave_ms", "by_k", "policy_ms")
 
 
 class PairedError(VspecError, ValueError):
@@ -94,10 +102,17 @@ class Window:
     # record written before them)
     wave_steps: int | None = None
     wave_ms: float | None = None
+    # the steady steps (one K verified and drafted) as (batch, K, steps, geometric mean ms)
+    # rows, from which tools/paired_speed.py reads the window's machine speed; () in records
+    # written before them
+    by_k: tuple[tuple[int, int, int, float], ...] = ()
+    # the measured steps' time spent on the deciding policy's own work (None: not recorded)
+    policy_ms: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out = {k: getattr(self, k) for k in WINDOW_KEYS}
         out["by_batch"] = [list(r) for r in self.by_batch]
+        out["by_k"] = [list(r) for r in self.by_k]
         return out
 
     def rows(self) -> tuple[tuple[int, int, int, float], ...]:
@@ -126,24 +141,32 @@ def windows_from_trace(records: Iterable[Mapping[str, Any]], workload: str,
                           round=int(rec["round"]), policy=str(rec["policy"]),
                           steps=int(rec["steps"]), tokens=int(rec["tokens"]),
                           ms=float(rec["ms"]), batch=float(rec["batch"]), load_1m=load_1m,
-                          by_batch=_by_batch(rec.get("by_batch") or (), "window record"),
+                          by_batch=_rows(rec.get("by_batch") or (), "window record", "by_batch"),
                           wave_steps=(None if rec.get("wave_steps") is None
                                       else int(rec["wave_steps"])),
-                          wave_ms=None if rec.get("wave_ms") is None else float(rec["wave_ms"])))
+                          wave_ms=None if rec.get("wave_ms") is None else float(rec["wave_ms"]),
+                          by_k=_rows(rec.get("by_k") or (), "window record", "by_k"),
+                          policy_ms=(None if rec.get("policy_ms") is None
+                                     else float(rec["policy_ms"]))))
     return out
 
 
-def _by_batch(rows: Any, where: str) -> tuple[tuple[int, int, int, float], ...]:
-    """``by_batch`` rows as tuples; a malformed row is refused with its place named."""
+_ROW_FORMS = {"by_batch": "[batch, steps, tokens, ms]", "by_k": "[batch, K, steps, ms]"}
+
+
+def _rows(rows: Any, where: str, key: str) -> tuple[tuple[int, int, int, float], ...]:
+    """``by_batch`` or ``by_k`` rows (three integers and a time) as tuples; a malformed row is
+    refused with its place named."""
+    form = _ROW_FORMS[key]
     if not isinstance(rows, (list, tuple)):
-        raise PairedError(f"{where}: key 'by_batch' must be a list of [batch, steps, tokens, ms]")
+        raise PairedError(f"{where}: key '{key}' must be a list of {form}")
     out = []
     for i, row in enumerate(rows):
         ok = (isinstance(row, (list, tuple)) and len(row) == 4
               and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in row[:3])
               and checks.is_number(row[3]) and row[3] >= 0)
         if not ok:
-            raise PairedError(f"{where}: by_batch[{i}] must be [batch, steps, tokens, ms] "
+            raise PairedError(f"{where}: {key}[{i}] must be {form} "
                               f"(integers >= 0, ms a number >= 0), got {row!r}")
         out.append((int(row[0]), int(row[1]), int(row[2]), float(row[3])))
     return tuple(out)
@@ -164,16 +187,17 @@ def window_from_dict(rec: Any, where: str) -> Window:
             continue
         if isinstance(v, bool) or not isinstance(v, int) or v < 0:
             raise PairedError(f"{where}: key '{key}' must be an integer >= 0, got {v!r}")
-    for key in ("ms", "batch", "load_1m", "wave_ms"):
+    for key in ("ms", "batch", "load_1m", "wave_ms", "policy_ms"):
         v = rec.get(key)
-        if key in ("load_1m", "wave_ms") and v is None:
+        if key in ("load_1m", "wave_ms", "policy_ms") and v is None:
             continue
         if not checks.is_number(v) or v < 0:
             raise PairedError(f"{where}: key '{key}' must be a finite number >= 0, got {v!r}")
     if not isinstance(rec["policy"], str) or not rec["policy"]:
         raise PairedError(f"{where}: key 'policy' must be a non-empty string")
-    fields = {k: rec.get(k) for k in WINDOW_KEYS if k != "by_batch"}
-    return Window(**fields, by_batch=_by_batch(rec.get("by_batch") or (), where))
+    fields = {k: rec.get(k) for k in WINDOW_KEYS if k not in ("by_batch", "by_k")}
+    return Window(**fields, by_batch=_rows(rec.get("by_batch") or (), where, "by_batch"),
+                  by_k=_rows(rec.get("by_k") or (), where, "by_k"))
 
 
 K0 = "fixed:0"  # the plugin drafting nothing: target-only's steps in the same engine
@@ -566,8 +590,13 @@ def markdown(ws: Sequence[Window]) -> str:
              "per-phase best fixed K. `held out`: the pooled ratio to the best fixed K "
              "(per phase: to each phase's) picked on one half of the rotation rounds and "
              "timed on the other, both ways; picked and timed on the same rounds the best "
-             "of several noisy fixed Ks is timed at its luckiest." + load + zero, "",
-             "| workload | conc | best fixed | policy | tok/s | / best fixed [q1-q3] (n) "
+             "of several noisy fixed Ks is timed at its luckiest." + load + zero, ""]
+    return "\n".join(lines + _decode_table(cells) + _wave_lines(ws)
+                     + _common_speed_lines(ws)) + "\n"
+
+
+def _decode_table(cells: Sequence[PairedCell]) -> list[str]:
+    lines = ["| workload | conc | best fixed | policy | tok/s | / best fixed [q1-q3] (n) "
              "| server rounds | held out | / per-phase best | held out "
              "| / fixed K = 0 [q1-q3] |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -579,21 +608,51 @@ def markdown(ws: Sequence[Window]) -> str:
                          f"{r.policy} | {r.tok_s:.1f} | {_mq(r.ratio, r.q1, r.q3)} ({r.rounds}) | "
                          f"{spread} | {_r(r.held_out)} | {_r(r.phase_ratio)} | "
                          f"{_r(r.phase_held_out)} | {_mq(r.k0, r.k0_q1, r.k0_q3)} |")
-    return "\n".join(lines + _wave_lines(ws)) + "\n"
+    return lines
 
 
-def _wave_lines(ws: Sequence[Window]) -> list[str]:
+def _common_speed_lines(ws: Sequence[Window]) -> list[str]:
+    """The decode and end-to-end tables again at each cell's common machine speed
+    (:mod:`.paired_speed`), or nothing when no window kept its steady steps."""
+    if not paired_speed.has_rows(ws):
+        return []
+    adjusted, effects = paired_speed.at_common_speed(ws)
+    per_policy = ", ".join(
+        f"{e.policy} {math.exp(e.effect):.3f} (+-{e.stderr:.3f}, {e.windows} windows)"
+        for e in sorted(effects.values(), key=lambda e: e.policy))
+    own = paired_speed.policy_ms_per_step(ws)
+    own_text = ", ".join(f"{p} {ms:.3f}" for p, ms in sorted(own.items()))
+    lines = ["", "## At a common machine speed", "",
+             "The same rounds with each window's time taken at its cell's common machine "
+             "speed: the steps a window made at one batch and K (verified and drafted at it) "
+             "against every window's steps at that batch and K in the same server and cell "
+             "give the window's speed, which is taken out of its time "
+             "(`vllm_hust_vspec.tools.paired_speed`). The windows of one round ran 8-10 % "
+             "apart in machine speed on this CPU host; the ratios below carry the policies' "
+             "choices without it. The time the engine spent on each policy's own work (its "
+             "observation, decision and trace records) stays in its ratios as measured: "
+             f"{own_text or 'not recorded (a run before it was)'} ms a step. What else a "
+             "policy's steps took: its steady steps (its own work out of them) against the "
+             "fixed Ks' at the same batch and K, mean over its windows (+- standard error; "
+             "each window's machine speed is noise in it): "
+             f"{per_policy or 'no steps to compare'}.", ""]
+    return (lines + _decode_table(summarize(adjusted))
+            + _wave_lines(adjusted, "### End to end at the common speed"))
+
+
+def _wave_lines(ws: Sequence[Window],
+                title: str = "### End to end: whole waves, prompts included") -> list[str]:
     """The end-to-end table (whole waves, prompts included), or nothing without wave
     times."""
     cells = summarize_waves(ws)
     if not cells:
         return []
-    lines = ["", "### End to end: whole waves, prompts included", "",
+    lines = ["", title, "",
              "The same rounds, each policy's whole wave (its prefill steps too: what a client "
-             "waits for) against the others' on the same requests and tokens: the table above "
-             "measures decode steps alone, and where the prompts take a large share of a wave "
-             "(short outputs, a full batch) it overstates what the decode speed-up is worth "
-             "end to end. `/ best fixed`: the fixed K with the least wave time; median "
+             "waits for) against the others' on the same requests and tokens: the decode "
+             "table measures decode steps alone, and where the prompts take a large share of "
+             "a wave (short outputs, a full batch) it overstates what the decode speed-up is "
+             "worth end to end. `/ best fixed`: the fixed K with the least wave time; median "
              "[quartiles] over rotation rounds (n).", "",
              "| workload | conc | best fixed | policy | / best fixed [q1-q3] (n) | held out "
              "| / per-phase best | held out | / fixed K = 0 [q1-q3] |",
