@@ -273,8 +273,15 @@ def test_paired_real_server(fixtures_dir, tmp_path):
     assert best.ratio == 1.0 and best.rounds >= 2
     online = cell.row("online")
     assert online.ratio is not None and 0.3 < online.ratio < 3.0
+    # the steady steps by (batch, K), each row at a K the window's policy drafts (fixed K =
+    # 1 and 3 only theirs), and the policy's own work, part of the window's time
+    assert sum(1 for w in windows if w.by_k) >= len(windows) // 2
+    assert all({r[1] for r in w.by_k} <= {int(w.policy[6:])} for w in windows
+               if w.policy.startswith("fixed:"))
+    assert all(w.policy_ms is not None and 0 < w.policy_ms < w.ms for w in windows if w.steps)
     report = (out / "report.md").read_text()
     assert "## Paired in-engine comparison" in report
+    assert "## At a common machine speed" in report
     assert f"| code | 2 | {cell.best_fixed} | online |" in report
     assert "Load average (1 min) before each server" in report
     assert report.startswith("Load average (1 min) before the first server: ")
@@ -492,8 +499,12 @@ def test_demo_end_to_end(fixtures_dir, tmp_path):
                                    {(w["workload"], w["concurrency"], w["round"]): w["phase"]
                                     for w in doc["paired"]}.items())
     assert len(per_cell) == 3 + 5 and all(n == 3 for n in per_cell.values()), per_cell
-    # online against fixed K = 0 (target-only's steps) in each of the four paired cells
-    online_rows = [line for line in lines if line.startswith(("| code |", "| swing |"))
+    # online against fixed K = 0 (target-only's steps) in each of the four paired cells, as
+    # measured and again at a common machine speed
+    assert proc.stdout.count("## At a common machine speed") == 1
+    measured_text, common_text = proc.stdout.split("## At a common machine speed")
+    online_rows = [line for line in measured_text.splitlines()
+                   if line.startswith(("| code |", "| swing |"))
                    and "| online |" in line and line.count("|") == 10]
     assert len(online_rows) == 4, lines
     assert all(re.search(r"\| \d\.\d{3} \[\d\.\d{3}-\d\.\d{3}\] \|$", line)
@@ -501,7 +512,8 @@ def test_demo_end_to_end(fixtures_dir, tmp_path):
     # end to end (whole waves, prompts included): online against the best fixed K and
     # fixed K = 0 in each of the four cells
     assert "### End to end: whole waves, prompts included" in proc.stdout
-    wave_rows = [line for line in lines if line.startswith(("| code |", "| swing |"))
+    wave_rows = [line for line in measured_text.splitlines()
+                 if line.startswith(("| code |", "| swing |"))
                  and "| online |" in line and line.count("|") == 8]
     assert len(wave_rows) == 4 and all(
         re.search(r"\| \d\.\d{3} \[\d\.\d{3}-\d\.\d{3}\] \((3|15)\) \|.*"
@@ -517,6 +529,23 @@ def test_demo_end_to_end(fixtures_dir, tmp_path):
         sum(r[1] for r in w["by_batch"]) == w["steps"]
         and sum(r[2] for r in w["by_batch"]) == w["tokens"] for w in measured)
     assert "## Paired in-engine comparison" in proc.stdout
+    # the steady steps by batch and K (a part of the window's steps, each a time), and the
+    # deciding policy's own work: some for every window, more a step for online's decisions
+    # than for a fixed K's
+    assert all(sum(r[2] for r in w["by_k"]) <= w["steps"] and all(r[3] > 0 for r in w["by_k"])
+               for w in measured)
+    assert sum(1 for w in measured if w["by_k"]) >= len(measured) // 2
+    own = {}
+    for w in measured:
+        own.setdefault(w["policy"], [0.0, 0])
+        own[w["policy"]][0] += w["policy_ms"]
+        own[w["policy"]][1] += w["steps"]
+    per_step = {p: ms / n for p, (ms, n) in own.items()}
+    assert all(v > 0 for v in per_step.values()) and per_step["online"] > per_step["fixed:2"]
+    common_rows = [line for line in common_text.splitlines()
+                   if line.startswith(("| code |", "| swing |")) and "| online |" in line]
+    assert len(common_rows) == 8 and all(re.search(r"\| \d\.\d{3} \[", r) for r in common_rows)
+    assert re.search(r"online \d\.\d{3} ms a step", common_text)
     assert (out / "ab.png").read_bytes()[:4] == b"\x89PNG"
     pids = [int(p) for p in re.findall(r"server pid (\d+)", proc.stdout)]
     assert len(pids) == 3 and not any(_alive(p) for p in pids)
