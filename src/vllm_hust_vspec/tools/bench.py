@@ -218,8 +218,22 @@ def add_paired_args(p: argparse.ArgumentParser) -> None:
                         "(traces/paired-r<server>.jsonl)")
 
 
-def run_paired(a: argparse.Namespace, extra: Sequence[str]) -> int:
+def _steady_rows_from_traces(results: pathlib.Path, windows: list) -> list:
+    """A waves run written before the engine kept each window's steady steps: the rows
+    rebuilt from the decision traces next to ``results`` (``traces/paired-r<server>.jsonl``)
+    where every one is there; else the windows as they are."""
     from vllm_hust_vspec.tools import paired_speed
+    from vllm_hust_vspec.tools.paired_beliefs import read_traces
+
+    rounds = {w.server_round for w in windows}
+    traces = results.parent / "traces"
+    if (not paired_speed.rebuildable(windows)
+            or not all((traces / f"paired-r{r}.jsonl").is_file() for r in rounds)):
+        return windows
+    return paired_speed.with_rows(windows, read_traces(results, rounds))
+
+
+def run_paired(a: argparse.Namespace, extra: Sequence[str]) -> int:
     from vllm_hust_vspec.tools.bench_paired import combine, markdown, window_from_dict
     from vllm_hust_vspec.tools.bench_results import load_results
 
@@ -233,8 +247,7 @@ def run_paired(a: argparse.Namespace, extra: Sequence[str]) -> int:
                              "configuration)")
         windows = [window_from_dict(w, f"{path}: paired[{i}]")
                    for i, w in enumerate(doc["paired"])]
-        # runs written before the engine kept each window's steady steps: from the traces
-        runs.append(paired_speed.fill_from_traces(pathlib.Path(path), windows))
+        runs.append(_steady_rows_from_traces(pathlib.Path(path), windows))
     if a.beliefs:
         from vllm_hust_vspec.tools import paired_beliefs
 

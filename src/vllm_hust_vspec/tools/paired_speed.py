@@ -40,13 +40,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import pathlib
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from vllm_hust_vspec.tools.bench_paired import Window
+# a window of the paired comparison (tools.bench_paired.Window, a frozen dataclass; not
+# imported: bench_paired imports this module for its report)
+Window = Any
 
 PRIOR_STEPS = 1.0  # a window's speed effect is shrunk toward 0 by this many steps' weight
 ITERATIONS = 200  # alternating fits (converges to 1e-9 well within)
@@ -207,18 +207,16 @@ def by_k_from_trace(records: Iterable[Mapping[str, Any]]) -> dict[int, list[list
     return out
 
 
-def fill_from_traces(results: pathlib.Path, ws: Sequence[Window]) -> list[Window]:
-    """Windows of waves written before the engine kept ``by_k``, with the rows rebuilt from
-    the decision traces next to ``results`` (``traces/paired-r<server>.jsonl``); the windows
-    unchanged where any already has rows, any is not a wave, or a trace is missing."""
-    from vllm_hust_vspec.tools.paired_beliefs import read_traces
+def rebuildable(ws: Sequence[Window]) -> bool:
+    """True for windows of waves written before the engine kept ``by_k`` (none has rows,
+    every one is a wave): :func:`with_rows` can rebuild their rows from the traces."""
+    return bool(ws) and not has_rows(ws) and all(w.wave_ms is not None for w in ws)
 
-    rounds = {w.server_round for w in ws}
-    traces = results.parent / "traces"
-    if (has_rows(ws) or not ws or any(w.wave_ms is None for w in ws)
-            or not all((traces / f"paired-r{r}.jsonl").is_file() for r in rounds)):
-        return list(ws)
-    rows = {r: by_k_from_trace(recs) for r, recs in read_traces(results, rounds).items()}
+
+def with_rows(ws: Sequence[Window], traces: Mapping[int, Iterable[Mapping[str, Any]]]) -> list[Window]:
+    """The windows with ``by_k`` rebuilt from each server round's decision-trace records
+    (``traces``: server round -> records, :func:`by_k_from_trace`)."""
+    rows = {r: by_k_from_trace(recs) for r, recs in traces.items()}
     return [dataclasses.replace(w, by_k=tuple((int(b), int(k), int(n), float(ms)) for b, k, n, ms
-                                              in rows[w.server_round].get(w.window, ())))
+                                              in rows.get(w.server_round, {}).get(w.window, ())))
             for w in ws]
