@@ -62,6 +62,12 @@ from typing import Any
 SETTLE_STEPS = 1  # steps at the start of a window left out (they verify the previous policy's drafts)
 
 
+def steady_rows(sums: dict[tuple[int, int], list]) -> list[list]:
+    """A record's ``by_k`` rows from ``(batch, K) -> [steps, sum of ln ms]``: ``[batch, K,
+    steps, geometric mean ms]``, in (batch, K) order."""
+    return [[b, k, n, round(math.exp(logs / n), 4)] for (b, k), (n, logs) in sorted(sums.items())]
+
+
 @dataclasses.dataclass
 class _Window:
     number: int
@@ -91,8 +97,7 @@ class _Window:
                "ms": round(sum(ms for _b, (_n, _t, ms) in rows), 3),
                "batch": round(sum(b * n for b, (n, _t, _ms) in rows) / steps, 3) if steps else 0.0,
                "by_batch": [[b, n, t, round(ms, 3)] for b, (n, t, ms) in rows],
-               "by_k": [[b, k, n, round(math.exp(logs / n), 4)]
-                        for (b, k), (n, logs) in sorted(self.by_k.items())],
+               "by_k": steady_rows(self.by_k),
                "policy_ms": round(self.policy_ms, 3)}
         if waves:  # the whole wave, prompts included: what a client waits for
             rec["wave_steps"] = self.all_steps

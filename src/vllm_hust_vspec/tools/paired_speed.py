@@ -41,8 +41,10 @@ from __future__ import annotations
 import dataclasses
 import math
 import statistics
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
+
+from vllm_hust_vspec.runtime.rotation import steady_rows
 
 # a window of the paired comparison (tools.bench_paired.Window, a frozen dataclass; not
 # imported: bench_paired imports this module for its report)
@@ -60,6 +62,7 @@ def _fit(groups: Sequence[Sequence[tuple[int, int, int, float]]]) -> list[float]
     u = [0.0] * len(groups)
     rows = [[((b, k), n, math.log(ms)) for b, k, n, ms in g if n > 0 and ms > 0] for g in groups]
     with_rows = [i for i, r in enumerate(rows) if r]
+    fitted = set(with_rows)
     if not with_rows:
         return u
     for _ in range(ITERATIONS):
@@ -75,7 +78,7 @@ def _fit(groups: Sequence[Sequence[tuple[int, int, int, float]]]) -> list[float]
             resid = sum(n * (y - cost[key]) for key, n, y in rows[i])
             new[i] = resid / (sum(n for _key, n, _y in rows[i]) + PRIOR_STEPS)
         mean = statistics.fmean(new[i] for i in with_rows)
-        new = [v - mean if i in with_rows else 0.0 for i, v in enumerate(new)]
+        new = [v - mean if i in fitted else 0.0 for i, v in enumerate(new)]
         moved = max(abs(a - b) for a, b in zip(new, u))
         u = new
         if moved < TOLERANCE:
@@ -107,7 +110,7 @@ class PolicyEffect:
     windows: int
 
 
-def _cell_means(ws: Sequence[Window], keep: Any) -> dict[tuple, float]:
+def _cell_means(ws: Sequence[Window], keep: Callable[[Window], bool]) -> dict[tuple, float]:
     """Mean ln ms of the steady steps of the windows ``keep`` selects, by (server round,
     cell, batch, K), weighted by steps."""
     sums: dict[tuple, list[float]] = {}
@@ -168,11 +171,11 @@ def at_common_speed(ws: Sequence[Window]) -> tuple[list[Window], dict[str, Polic
     effects = speed_effects(ws)
     out = []
     for w, u in zip(ws, effects):
-        own = min(w.policy_ms or 0.0, w.ms)
-        ms = (w.ms - own) * math.exp(-u) + own
+        scale = math.exp(-u)
+        own = min(w.policy_ms or 0.0, w.ms)  # the wave holds the measured steps: wave_ms >= ms
+        ms = (w.ms - own) * scale + own
         f = ms / w.ms if w.ms > 0 else 1.0
-        wave = (None if w.wave_ms is None
-                else (w.wave_ms - min(own, w.wave_ms)) * math.exp(-u) + min(own, w.wave_ms))
+        wave = None if w.wave_ms is None else (w.wave_ms - own) * scale + own
         out.append(dataclasses.replace(
             w, ms=ms, by_batch=tuple((b, n, t, m * f) for b, n, t, m in w.by_batch),
             wave_ms=wave))
@@ -190,8 +193,7 @@ def by_k_from_trace(records: Iterable[Mapping[str, Any]]) -> dict[int, list[list
     cur: dict[tuple[int, int], list[float]] = {}
     for rec in records:
         if "window" in rec:
-            out[int(rec["window"])] = [[b, k, n, round(math.exp(s / n), 4)]
-                                       for (b, k), (n, s) in sorted(cur.items())]
+            out[int(rec["window"])] = steady_rows(cur)
             cur = {}
         elif "k" in rec and "batch" in rec and "step" in rec:
             decided[int(rec["step"])] = rec
