@@ -191,9 +191,14 @@ def test_server_adapts_in_one_run(server_run):
     # held for most steps (probes aside), far below Kmax ...
     assert _mean_k(hard_late) <= 1.0
     assert low_share >= 0.75 and any(d["k"] == 0 for d in hard_late)
-    # ... and comes back on code prompts at batch 1 (where K >= 2 beats K = 0)
-    assert _mean_k(code_late) >= 1.75
-    assert _mean_k(code_late) >= _mean_k(hard_late) + 1.5
+    # ... and comes back on code prompts at batch 1, where every K >= 1 beats K = 0 by about
+    # 40 %; between K = 1 and 4 the curve is flat on these fixtures (within 2-4 % of each
+    # other in the controller's estimates, within their error), so which of them it holds is
+    # not what this asserts (a suite run on a slow machine held K = 1 for 50 steps there,
+    # mean K late 1.68, its estimates K = 1 0.056, K = 2 0.054, K = 4 0.054 tok/ms)
+    assert sum(d["k"] >= 1 for d in code_late) / len(code_late) >= 0.9
+    assert _mean_k(code_late) >= 1.25
+    assert _mean_k(code_late) >= _mean_k(hard_late) + 1.0
 
 
 def test_first_drafts_of_arrivals_are_cut_where_they_rarely_pass(server_run):

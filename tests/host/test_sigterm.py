@@ -167,6 +167,10 @@ def test_a_stop_while_serving_leaves_nothing_and_whole_trace_lines(fixtures_dir,
         first[0].stop()
         raise
     try:
+        # the second ready first: a server still starting beside the first's steps, its
+        # compute threads pinned to the same core, stalled them (one step in 120 s, seen in a
+        # suite run)
+        second[0].wait_ready()
         _stop_while_serving(*first, "ctrl-c")
     finally:
         try:

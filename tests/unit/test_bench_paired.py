@@ -107,6 +107,21 @@ def test_window_records_round_trip_and_bad_ones_are_named():
     assert wb.by_batch == ((4, 7, 40, 90.5),) and window_from_dict(wb.to_dict(), "w") == wb
     with pytest.raises(PairedError, match=r"paired\[0\]: by_batch\[0\] must be \[batch"):
         window_from_dict(dict(wb.to_dict(), by_batch=[[4, 7, -1, 9.0]]), "paired[0]")
+    # the rows at one K and the policy's own work (engine records since 297049e)
+    (wk,) = windows_from_trace([dict(recs[1], by_k=[[4, 2, 5, 12.5]], policy_ms=1.5)],
+                               "mixed", 16, 1, 2)
+    assert wk.by_k == ((4, 2, 5, 12.5),) and wk.policy_ms == 1.5
+    assert window_from_dict(wk.to_dict(), "w") == wk
+    for row in ([4, 2, 5], [4, -2, 5, 12.5], [4, 2, 5, "12.5"], [4, 2.0, 5, 12.5]):
+        with pytest.raises(PairedError, match=r"paired\[0\]: by_k\[0\] must be \[batch, K, "):
+            window_from_dict(dict(wk.to_dict(), by_k=[row]), "paired[0]")
+        with pytest.raises(PairedError, match=r"window record: by_k\[0\] must be"):
+            windows_from_trace([dict(recs[1], by_k=[row])], "mixed", 16, 1, 2)
+    for v in (-0.5, "1.5", float("nan")):
+        with pytest.raises(PairedError, match=r"paired\[0\]: key 'policy_ms' must be a finite"):
+            window_from_dict(dict(wk.to_dict(), policy_ms=v), "paired[0]")
+        with pytest.raises(PairedError, match=r"window record 3: key 'policy_ms' must be"):
+            windows_from_trace([dict(recs[1], policy_ms=v)], "mixed", 16, 1, 2)
     bad = dict(w.to_dict(), tokens=-1)
     with pytest.raises(PairedError, match=r"paired\[0\]: key 'tokens' must be an integer >= 0"):
         window_from_dict(bad, "paired[0]")

@@ -144,11 +144,22 @@ def windows_from_trace(records: Iterable[Mapping[str, Any]], workload: str,
                           by_batch=_rows(rec.get("by_batch") or (), "window record", "by_batch"),
                           wave_steps=(None if rec.get("wave_steps") is None
                                       else int(rec["wave_steps"])),
-                          wave_ms=None if rec.get("wave_ms") is None else float(rec["wave_ms"]),
+                          wave_ms=_optional_ms(rec, "wave_ms"),
                           by_k=_rows(rec.get("by_k") or (), "window record", "by_k"),
-                          policy_ms=(None if rec.get("policy_ms") is None
-                                     else float(rec["policy_ms"]))))
+                          policy_ms=_optional_ms(rec, "policy_ms")))
     return out
+
+
+def _optional_ms(rec: Mapping[str, Any], key: str) -> float | None:
+    """A window record's optional time (absent in records written before it), refused with
+    its key named when it is not a number >= 0."""
+    v = rec.get(key)
+    if v is None:
+        return None
+    if not checks.is_number(v) or v < 0:
+        raise PairedError(f"window record {rec.get('window')!r}: key '{key}' must be a finite "
+                          f"number >= 0, got {v!r}")
+    return float(v)
 
 
 _ROW_FORMS = {"by_batch": "[batch, steps, tokens, ms]", "by_k": "[batch, K, steps, ms]"}
