@@ -12,6 +12,9 @@
 #      is the plugin drafting nothing, target-only's steps in the same engine); the paired
 #      server serves three waves a cell (the first the other servers' texts), so that each of
 #      its ratios is a median of three rotation rounds rather than one wave at one moment;
+#      before each server it waits (at most 60 s) for the load average to fall to 1.2: a server
+#      started right after the one before read that server's tail (1.56 before a demo's paired
+#      server, 2026-12-07), which by the benchmarks' rule (above ~1.5) judges nothing;
 #   3. prints the ratio tables, writes ab.png, report.md and results.json, stops every server, and
 #      prints the path of results.json as its last line.
 # Env: VSPEC_FIXTURES (use this fixture directory instead of ./manage.sh fixtures), VSPEC_DEMO_DIR
@@ -43,6 +46,7 @@ export HUST_VSPEC_MODEL_DIR="$FIXTURES"
 exec "$PY" -m vllm_hust_vspec.tools.bench ab \
     --configs "none,online,paired" --paired-waves --paired-policies fixed:0,fixed,online \
     --workloads code,swing --concurrency 1,4,16 \
+    --quiet-load 1.2 --quiet-timeout 60 \
     --rounds 1 --output-len 48 --requests-per-slot 1 --min-requests 2 --paired-requests-per-slot 3 \
     --prompts-dir "$FIXTURES/prompts" --output-dir "$OUT" \
     -- --config "$ROOT/configs/tiny-cpu-draft.toml" --max-num-seqs 16
