@@ -1,8 +1,8 @@
 """The step-cost model's per-decision reads (support, noise, the residual's ridge) computed
-in Python loops over the cells and from arrays built once per change of the cells
-(adaptive/estimators.py, ``_cell_arrays``): each equals its reference, the whole-array numpy
-computation it replaced, after every kind of change (a new cell, a cell's new sample, a
-seeded cell replaced, the cells pruned)."""
+in Python loops over the cells, the weights and the noise kept per state of the cells
+(adaptive/estimators.py): each equals its reference, the whole-array numpy computation it
+replaced, after every kind of change (a new cell, a cell's new sample, a seeded cell
+replaced, the cells pruned)."""
 
 from __future__ import annotations
 

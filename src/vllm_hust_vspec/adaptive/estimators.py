@@ -521,11 +521,10 @@ class StepCostModel:
         self._var: list[float] = []  # relative variance of the cell's step times (nan: n < 2)
         self._by_batch: dict[int, list[int]] = {}  # batch -> its cells' rows (residual)
         self._residual_memo: tuple[tuple, Any] | None = None  # (state, residual) of one call
-        # bumped by every change of the cells: the arrays a decision reads several times
-        # (support(), noise(), the fit) are built once per change (_cell_arrays())
-        self._version = 0
-        self._arrays_memo: tuple[int, tuple[np.ndarray, ...]] | None = None
-        self._noise_memo: tuple[int, float] | None = None
+        # (samples, cells) -> the cells' fit weights / their pooled noise: every change of
+        # the cells adds a sample or drops cells, so the pair names their state
+        self._weights_memo: tuple[tuple[int, int], np.ndarray] | None = None
+        self._noise_memo: tuple[tuple[int, int], float] | None = None
         self.n = 0  # samples ever added
         self.n_seeded = 0  # of which seeded (measured before serving, see seed())
         self._since_fit = 0
@@ -604,7 +603,6 @@ class StepCostModel:
             raise ValueError(f"step time must be a finite non-negative number, got {ms!r}")
         key = (batch, verify_tokens, draft_steps)
         i = self._cells.get(key)
-        self._version += 1  # (the prune below reads the cells with this one added)
         if i is not None and self._seeded[i] and not seeded:
             # the first served step of a cell the probe priced: the served time replaces it
             self._ms[i] = ms
@@ -639,7 +637,6 @@ class StepCostModel:
             self._last[i] = float(self.n)
         self.n += 1
         self._since_fit += 1
-        self._version += 1
 
     @property
     def ready(self) -> bool:
@@ -650,25 +647,17 @@ class StepCostModel:
         return len(self._cells)
 
     def _weights(self) -> np.ndarray:
-        """Every cell's fit weight (:meth:`_cell_weight` of each), read-only."""
-        return self._cell_arrays()[3]
-
-    def _cell_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """The cells' batch sizes, drafter passes, seeded flags and fit weights as arrays
-        (read-only), built once per change of the cells.  Why: one decision of the online
-        policy read them in :meth:`support`, :meth:`noise` and the fit, and built each of
-        them from the lists every time; in a served engine its decision took 0.47 ms a step
-        against a fixed K's 0.10 (batch 4, code prompts, in-process engine timed apart)."""
-        memo = self._arrays_memo
-        if memo is not None and memo[0] == self._version:
-            return memo[1]  # type: ignore[return-value]
+        """Every cell's fit weight (:meth:`_cell_weight` of each), read-only: built once per
+        state of the cells (the fit and the prune read it)."""
+        key = (self.n, len(self._ms))
+        memo = self._weights_memo
+        if memo is not None and memo[0] == key:
+            return memo[1]
         age = (self.n - 1) - np.array(self._last)
         w = np.minimum(np.array(self._cnt), self.cell_cap) * np.exp2(-age / self.window)
-        out = (np.array(self._kb), np.array(self._kd), np.array(self._seeded, dtype=bool), w)
-        for a in out:
-            a.flags.writeable = False
-        self._arrays_memo = (self._version, out)
-        return out
+        w.flags.writeable = False
+        self._weights_memo = (key, w)
+        return w
 
     def _prune(self) -> None:
         """Keep the ``max_cells`` heaviest cells (and none that have faded out)."""
@@ -682,7 +671,6 @@ class StepCostModel:
         for name in ("_kb", "_kt", "_kd", "_ms", "_cnt", "_last", "_seeded", "_var"):
             old = getattr(self, name)
             setattr(self, name, [old[r] for r in rows])
-        self._version += 1
         kb, kt, kd = self._kb, self._kt, self._kd
         self._cells = {(int(kb[j]), int(kt[j]), int(kd[j])): j for j in range(len(rows))}
         self._by_batch = {}
@@ -795,7 +783,9 @@ class StepCostModel:
         t0, b0 = self.knees
         unit = cp + cd * (batch if batch > b0 else b0)  # one drafter pass at this batch
         # the ridge's normal equations built in Python (a few dozen cells, one-hot columns:
-        # numpy's calls cost more than the sums, see _cell_arrays()), one small solve
+        # numpy's calls cost more than the sums), one small solve.  Why: online's decision
+        # took 0.47 ms a step against a fixed K's 0.10 in a served engine (batch 4, code
+        # prompts, in-process engine timed apart), most of it numpy calls over these cells
         used: list[tuple[float, float, float, float]] = []  # (T, D, ln ratio, weight)
         total = wy = 0.0
         for i in rows:
@@ -917,7 +907,7 @@ class StepCostModel:
         never timed near this batch while serving (the roofline extrapolates there, or
         only the seeded prior prices it: :meth:`seed`)."""
         # a loop over the near batches' cells: a few dozen cells, where numpy's calls
-        # cost more than the sums (see _cell_arrays())
+        # cost more than the sums (see residual())
         by_d: dict[float, float] = {}
         seeded, kd = self._seeded, self._kd
         for b, rows in self._by_batch.items():
@@ -949,8 +939,9 @@ class StepCostModel:
         """The relative spread (sd / mean) of a step time around its cell's mean, pooled
         over the cells with two served samples or more (weighted like the fit);
         ``DEFAULT_NOISE`` while none has."""
+        key = (self.n, len(self._ms))
         memo = self._noise_memo
-        if memo is not None and memo[0] == self._version:
+        if memo is not None and memo[0] == key:
             return memo[1]
         total = wvar = 0.0
         for i, var in enumerate(self._var):
@@ -959,7 +950,7 @@ class StepCostModel:
                 total += w
                 wvar += w * var
         out = math.sqrt(wvar / total) if total > 0 else DEFAULT_NOISE
-        self._noise_memo = (self._version, out)
+        self._noise_memo = (key, out)
         return out
 
     def rel_error(self, batch: int, ks: Sequence[int]) -> list[float]:
