@@ -144,21 +144,22 @@ def windows_from_trace(records: Iterable[Mapping[str, Any]], workload: str,
                           by_batch=_rows(rec.get("by_batch") or (), "window record", "by_batch"),
                           wave_steps=(None if rec.get("wave_steps") is None
                                       else int(rec["wave_steps"])),
-                          wave_ms=_optional_ms(rec, "wave_ms"),
+                          wave_ms=_nonneg(rec, "wave_ms", f"window record {rec['window']!r}",
+                                          optional=True),
                           by_k=_rows(rec.get("by_k") or (), "window record", "by_k"),
-                          policy_ms=_optional_ms(rec, "policy_ms")))
+                          policy_ms=_nonneg(rec, "policy_ms",
+                                            f"window record {rec['window']!r}", optional=True)))
     return out
 
 
-def _optional_ms(rec: Mapping[str, Any], key: str) -> float | None:
-    """A window record's optional time (absent in records written before it), refused with
-    its key named when it is not a number >= 0."""
+def _nonneg(rec: Mapping[str, Any], key: str, where: str, optional: bool = False) -> float | None:
+    """``rec[key]`` as a float, refused with its place and key named unless it is a finite
+    number >= 0; None for an ``optional`` key that is absent (records written before it)."""
     v = rec.get(key)
-    if v is None:
+    if v is None and optional:
         return None
     if not checks.is_number(v) or v < 0:
-        raise PairedError(f"window record {rec.get('window')!r}: key '{key}' must be a finite "
-                          f"number >= 0, got {v!r}")
+        raise PairedError(f"{where}: key '{key}' must be a finite number >= 0, got {v!r}")
     return float(v)
 
 
@@ -199,11 +200,7 @@ def window_from_dict(rec: Any, where: str) -> Window:
         if isinstance(v, bool) or not isinstance(v, int) or v < 0:
             raise PairedError(f"{where}: key '{key}' must be an integer >= 0, got {v!r}")
     for key in ("ms", "batch", "load_1m", "wave_ms", "policy_ms"):
-        v = rec.get(key)
-        if key in ("load_1m", "wave_ms", "policy_ms") and v is None:
-            continue
-        if not checks.is_number(v) or v < 0:
-            raise PairedError(f"{where}: key '{key}' must be a finite number >= 0, got {v!r}")
+        _nonneg(rec, key, where, optional=key in ("load_1m", "wave_ms", "policy_ms"))
     if not isinstance(rec["policy"], str) or not rec["policy"]:
         raise PairedError(f"{where}: key 'policy' must be a non-empty string")
     fields = {k: rec.get(k) for k in WINDOW_KEYS if k not in ("by_batch", "by_k")}
